@@ -1,0 +1,10 @@
+"""chatledger: AI-agent conversation sessions in one SQL schema, shared safely.
+
+The zett-agent storage lives in :mod:`chatledger.zett`, the rein-agent store in
+:mod:`chatledger.rein`; both need their extra installed.
+"""
+
+from .errors import ChatledgerError, SchemaNotReady, SnapshotConflict, StorageUnavailable, VersionConflict
+
+__all__ = ["ChatledgerError", "SchemaNotReady", "SnapshotConflict", "StorageUnavailable", "VersionConflict"]
+__version__ = "0.1.0"

@@ -1,0 +1,184 @@
+"""The one module of per-dialect statements and behaviour.
+
+Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
+column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
+SQLAlchemy's dialect name: the sequence-allocating upsert, the transient error
+codes that are safe to retry, the options of a snapshot-consistent read, and the
+connection set-up of SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import event, func
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .schema import sessions_table
+
+#: Allocates the next sequence of a session, creating the session row on its first
+#: append, and returns it; ``None`` when the stored parent differs from the given one.
+Allocator = Callable[[AsyncConnection, dict[str, Any], datetime], Awaitable[int | None]]
+
+
+def _new_session_row(values: dict[str, Any], now: datetime) -> dict[str, Any]:
+    return {
+        **values,
+        "last_sequence": 1,
+        "snapshot_version": 0,
+        "compacted_through_sequence": 0,
+        "fields_version": 1,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+async def _allocate_returning(
+    insert: Callable[..., Any], conn: AsyncConnection, values: dict[str, Any], now: datetime
+) -> int | None:
+    """PostgreSQL and SQLite: one upsert on the counter row, RETURNING the new sequence.
+
+    ``INSERT .. ON CONFLICT (id) DO UPDATE`` takes the row lock, so concurrent
+    appenders to one session queue up behind each other's transaction; the WHERE
+    leaves the row alone (and returns nothing) when the parent does not match.
+    """
+    table = sessions_table
+    statement = insert(table).values(_new_session_row(values, now))
+    statement = statement.on_conflict_do_update(
+        index_elements=[table.c.id],
+        set_={"last_sequence": table.c.last_sequence + 1, "updated_at": statement.excluded.updated_at},
+        where=table.c.parent_session_id.is_not_distinct_from(statement.excluded.parent_session_id),
+    ).returning(table.c.last_sequence)
+    return (await conn.execute(statement)).scalar_one_or_none()
+
+
+async def _allocate_last_insert_id(
+    conn: AsyncConnection, values: dict[str, Any], now: datetime
+) -> int | None:
+    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``.
+
+    ``LAST_INSERT_ID(expr)`` hands the new counter value back in the OK packet, so
+    the allocation costs one round trip. On a parent mismatch the counter is left
+    as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real sequence is.
+    """
+    table = sessions_table
+    row = _new_session_row(values, now)
+    row["last_sequence"] = func.last_insert_id(1)
+    statement = mysql.insert(table).values(row)
+    parent_matches = table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
+    statement = statement.on_duplicate_key_update(
+        last_sequence=func.if_(
+            parent_matches,
+            func.last_insert_id(table.c.last_sequence + 1),
+            table.c.last_sequence + func.last_insert_id(0),
+        ),
+        updated_at=statement.inserted.updated_at,
+    )
+    sequence = (await conn.execute(statement)).lastrowid
+    return int(sequence) if sequence else None
+
+
+@dataclass(frozen=True)
+class DialectRules:
+    """What one backend needs done its own way."""
+
+    #: The sequence-allocating upsert on the counter row.
+    allocate_sequence: Allocator
+    #: Driver error codes of failures that roll the whole transaction back and are
+    #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
+    transient_codes: frozenset[str | int]
+    #: Execution options of a snapshot-consistent read transaction.
+    snapshot_read: dict[str, Any] = field(default_factory=dict)
+
+
+async def _allocate_postgresql(conn: AsyncConnection, values: dict[str, Any], now: datetime) -> int | None:
+    return await _allocate_returning(postgresql.insert, conn, values, now)
+
+
+async def _allocate_sqlite(conn: AsyncConnection, values: dict[str, Any], now: datetime) -> int | None:
+    return await _allocate_returning(sqlite.insert, conn, values, now)
+
+
+RULES: dict[str, DialectRules] = {
+    "postgresql": DialectRules(
+        allocate_sequence=_allocate_postgresql,
+        # serialization_failure, deadlock_detected
+        transient_codes=frozenset({"40001", "40P01"}),
+        snapshot_read={"isolation_level": "REPEATABLE READ"},
+    ),
+    "mysql": DialectRules(
+        allocate_sequence=_allocate_last_insert_id,
+        # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
+        transient_codes=frozenset({1213, 1205}),
+        # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
+    ),
+    "sqlite": DialectRules(
+        allocate_sequence=_allocate_sqlite,
+        # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
+        transient_codes=frozenset({5, 6}),
+        # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
+        snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
+    ),
+}
+
+
+def rules(dialect_name: str) -> DialectRules:
+    """The rules of a dialect; ``ValueError`` for a backend chatledger does not serve."""
+    try:
+        return RULES[dialect_name]
+    except KeyError:
+        raise ValueError(f"dialect {dialect_name!r} is not supported") from None
+
+
+def error_code(error: DBAPIError) -> str | int | None:
+    """The driver's error code of a wrapped DBAPI error: SQLSTATE on PostgreSQL,
+    the server error number on MySQL, the primary result code on SQLite."""
+    orig = error.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate:
+        return str(sqlstate)
+    sqlite_code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(sqlite_code, int):
+        return sqlite_code & 0xFF
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    if isinstance(orig, Exception) and "database is locked" in str(orig):
+        return 5
+    return None
+
+
+def is_transient(dialect_name: str, error: DBAPIError) -> bool:
+    """Whether the error rolled the transaction back for a reason a retry can cure."""
+    return error_code(error) in rules(dialect_name).transient_codes
+
+
+def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> None:
+    """Per-connection set-up. SQLite only: WAL, a busy timeout, and transactions that
+    take the write lock up front (``BEGIN IMMEDIATE``) so that two writers never
+    deadlock upgrading a read lock. From SQLAlchemy's aiosqlite documentation,
+    "Serializable isolation / Savepoints / Transactional DDL (asyncio version)"."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(sqlite_busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")

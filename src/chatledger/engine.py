@@ -1,0 +1,157 @@
+"""The ledger core every store shares: one engine, revision check, retried transactions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
+
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from . import dialects, migrate
+from .dsn import display, resolve_dsn, sqlite_file
+from .errors import SchemaNotReady, StorageUnavailable
+from .options import LedgerOptions
+
+logger = logging.getLogger("chatledger")
+
+T = TypeVar("T")
+Work = Callable[[AsyncConnection], Awaitable[T]]
+
+
+class Ledger:
+    """One database: its engine and pool, its schema check, and its transactions.
+
+    Args:
+        dsn: See :func:`chatledger.dsn.resolve_dsn`.
+        **options: See :class:`chatledger.options.LedgerOptions`.
+
+    The engine is created here, but nothing connects until the first call, so a
+    ledger can be built before an event loop runs.
+    """
+
+    def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
+        self.url = resolve_dsn(dsn)
+        self.options = LedgerOptions(**options)
+        path = sqlite_file(self.url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        engine_options: dict[str, Any] = {
+            "echo": self.options.echo,
+            "connect_args": dict(self.options.connect_args),
+            "pool_pre_ping": True,
+        }
+        if self.url.get_backend_name() != "sqlite":
+            engine_options.update(
+                pool_size=self.options.pool_size,
+                max_overflow=self.options.max_overflow,
+                pool_timeout=self.options.pool_timeout,
+                pool_recycle=self.options.pool_recycle,
+            )
+        try:
+            self.engine: AsyncEngine = create_async_engine(self.url, **engine_options)
+        except ModuleNotFoundError as error:
+            extra = {"postgresql": "postgres", "mysql": "mysql"}.get(self.url.get_backend_name(), "")
+            raise ImportError(
+                f"the {error.name} driver is missing: pip install 'chatledger[{extra}]'"
+            ) from error
+        self.dialect = self.engine.dialect.name
+        self.rules = dialects.rules(self.dialect)
+        dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
+        self.auto_upgrade = (
+            self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
+        )
+        self._ready = False
+        self._ready_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
+        #: Transient failures retried since this ledger was built (for the stress command).
+        self.retries = 0
+
+    def __repr__(self) -> str:
+        return f"Ledger({display(self.url)!r})"
+
+    async def close(self) -> None:
+        """Dispose of the engine and every pooled connection."""
+        await self.engine.dispose()
+
+    async def ensure_ready(self) -> None:
+        """Check the schema revision once; upgrade it first when ``auto_upgrade``.
+
+        Raises:
+            SchemaNotReady: the database is not at this chatledger's head revision;
+                the message names the command to run.
+        """
+        if self._ready:
+            return
+        async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
+            if self._ready:
+                return
+            head = migrate.head_revision()
+            if self.auto_upgrade:
+                # Under the write lock, so that processes sharing one file upgrade it once.
+                await self._run(lambda conn: conn.run_sync(migrate.upgrade), write=True, ready=False)
+            current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
+            if current != head:
+                raise SchemaNotReady(migrate.behind_message(self.url, current))
+            self._ready = True
+
+    async def write(self, work: Work[T]) -> T:
+        """Run ``work`` in one write transaction, retried whole on a transient failure."""
+        return await self._run(work, write=True)
+
+    async def read(self, work: Work[T]) -> T:
+        """Run ``work`` in one snapshot-consistent read transaction."""
+        return await self._run(work, write=False)
+
+    async def _run(self, work: Work[T], *, write: bool = False, ready: bool = True) -> T:
+        if ready and not self._ready:
+            await self.ensure_ready()
+        options = {} if write else self.rules.snapshot_read
+        attempts = self.options.retry_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.engine.connect() as conn:
+                    if options:
+                        conn = await conn.execution_options(**options)
+                    async with conn.begin():
+                        return await work(conn)
+            except DBAPIError as error:
+                if not dialects.is_transient(self.dialect, error):
+                    if error.connection_invalidated or _is_disconnect(error):
+                        raise StorageUnavailable(
+                            f"lost the connection to {display(self.url)}; nothing from this call was "
+                            f"committed unless the server had already acknowledged it: {error.orig}"
+                        ) from error
+                    raise
+                if attempt == attempts:
+                    raise StorageUnavailable(
+                        f"transaction on {display(self.url)} still failed after {attempts} attempts "
+                        f"(code {dialects.error_code(error)}): {error.orig}"
+                    ) from error
+                self.retries += 1
+                delay = min(self.options.retry_backoff_max, self.options.retry_backoff * 2 ** (attempt - 1))
+                logger.debug(
+                    "retrying transient failure %s (attempt %d)", dialects.error_code(error), attempt
+                )
+                await asyncio.sleep(random.uniform(0, delay))
+            except PoolTimeout as error:
+                raise StorageUnavailable(
+                    f"no connection to {display(self.url)} became free within "
+                    f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
+                    f"max_overflow={self.options.max_overflow})"
+                ) from error
+            except OSError as error:
+                raise StorageUnavailable(f"cannot reach {display(self.url)}: {error}") from error
+        raise AssertionError("unreachable")
+
+
+def _is_disconnect(error: DBAPIError) -> bool:
+    return isinstance(error.orig, OSError) or (
+        type(error).__name__ in {"OperationalError", "InterfaceError"}
+        and ("connect" in str(error.orig).lower() or "closed" in str(error.orig).lower())
+    )

@@ -1,0 +1,90 @@
+"""Column types that hide the dialect differences of the one schema.
+
+Every difference between SQLite, PostgreSQL and MySQL/MariaDB that concerns a
+single column lives here, as a ``TypeDecorator`` or a ``with_variant``:
+
+* :class:`Id` -- up to 255 characters, compared exactly on every backend.
+  MySQL and MariaDB collations fold case and (``PAD SPACE``) ignore trailing
+  spaces, so there the id is stored as UTF-8 in ``VARBINARY(1020)``, where every
+  byte counts. It is bound as a string (the connection's utf8mb4 turns it into
+  those bytes; aiomysql cannot bind ``bytes`` with PyMySQL >= 1.1.1).
+* :class:`UTCDateTime` -- UTC with microseconds everywhere: ``timestamptz`` on
+  PostgreSQL, ``DATETIME(6)`` on MySQL (plain ``DATETIME`` drops the fraction),
+  ISO text on SQLite. Values read back are always timezone-aware UTC.
+* :data:`LongText` -- ``LONGTEXT`` on MySQL, where ``TEXT`` stops at 64 KiB.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, DateTime, Dialect, String, Text
+from sqlalchemy.dialects import mysql
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+#: Longest id accepted for sessions, requests and parents, in characters.
+MAX_ID_LENGTH = 255
+
+#: Long text that holds a whole message; MySQL ``TEXT`` stops at 64 KiB.
+LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql")
+
+#: 64-bit integers for sequences, versions, durations and token counts.
+BigInt = BigInteger()
+
+
+class _Utf8Varbinary(mysql.VARBINARY):
+    """``VARBINARY`` bound as a str: MySQL stores the utf8mb4 connection's bytes."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+
+class Id(TypeDecorator[str]):
+    """A text id of at most :data:`MAX_ID_LENGTH` characters, compared byte for byte."""
+
+    impl = String(MAX_ID_LENGTH)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "mysql":
+            # 4 bytes per character is utf8mb4's worst case.
+            return dialect.type_descriptor(_Utf8Varbinary(4 * MAX_ID_LENGTH))
+        return dialect.type_descriptor(String(MAX_ID_LENGTH))
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode("utf-8")
+        return value  # type: ignore[no-any-return]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC instant with microseconds on every backend.
+
+    Naive datetimes are refused (``ValueError``) rather than guessed at; the
+    storage validates them with the field name before any statement runs.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "mysql":
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect.type_descriptor(DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError("naive datetime given; chatledger stores timezone-aware UTC instants")
+        value = value.astimezone(UTC)
+        # PostgreSQL keeps the zone; MySQL DATETIME and SQLite text store the UTC wall time.
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

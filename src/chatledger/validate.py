@@ -1,0 +1,113 @@
+"""Input checks that run before any statement: each raises with the field's name.
+
+Rules come from zett-agent's storage contract and its ``SQLSessionStorage``
+(title 1-200 characters, agent name 1-64, session type a non-negative integer,
+limit positive, offset non-negative), widened where chatledger's schema is wider
+(ids up to 255 characters).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from .types import MAX_ID_LENGTH
+
+#: Largest value of a 64-bit signed integer column.
+MAX_BIGINT = 2**63 - 1
+
+
+def text(value: object, field: str) -> str:
+    """A string that the databases can store: UTF-8 encodable and free of NUL
+    (PostgreSQL text cannot hold U+0000)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{field} cannot be encoded as UTF-8 (lone surrogate at {error.start})") from None
+    return value
+
+
+def identifier(value: object, field: str) -> str:
+    """A session, parent or request id: 1-255 characters, not blank, no NUL."""
+    value = text(value, field)
+    if not value.strip():
+        raise ValueError(f"{field} cannot be empty or blank")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"{field} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if "\x00" in value:
+        raise ValueError(f"{field} cannot contain NUL characters")
+    return value
+
+
+def optional_identifier(value: object, field: str) -> str | None:
+    return None if value is None else identifier(value, field)
+
+
+def display_field(value: object, field: str, limit: int) -> str | None:
+    """A title or agent name: ``None``, or 1-``limit`` characters after stripping."""
+    if value is None:
+        return None
+    stripped = text(value, field).strip()
+    if not stripped or len(stripped) > limit:
+        raise ValueError(f"{field} must contain between 1 and {limit} characters")
+    if "\x00" in stripped:
+        raise ValueError(f"{field} cannot contain NUL characters")
+    return stripped
+
+
+def title(value: object) -> str | None:
+    return display_field(value, "title", 200)
+
+
+def agent_name(value: object) -> str | None:
+    return display_field(value, "agent_name", 64)
+
+
+def integer(value: object, field: str, *, minimum: int = 0) -> int:
+    """An ``int`` (not ``bool``) from ``minimum`` up to the 64-bit limit."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{field} must be at least {minimum}, not {value}")
+    if value > MAX_BIGINT:
+        raise ValueError(f"{field} exceeds the 64-bit limit {MAX_BIGINT}")
+    return value
+
+
+def optional_integer(value: object, field: str, *, minimum: int = 0) -> int | None:
+    return None if value is None else integer(value, field, minimum=minimum)
+
+
+def session_type(value: object) -> int:
+    """An application-defined session type code (32-bit, non-negative)."""
+    code = integer(value, "session_type")
+    if code > 2**31 - 1:
+        raise ValueError("session_type exceeds the 32-bit limit")
+    return code
+
+
+def aware(value: object, field: str) -> datetime:
+    """A timezone-aware datetime. Naive datetimes are refused on every backend."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{field} must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{field} is a naive datetime; pass a timezone-aware one (UTC)")
+    return value
+
+
+def optional_aware(value: object, field: str) -> datetime | None:
+    return None if value is None else aware(value, field)
+
+
+def json_text(value: Any, field: str) -> str:
+    """Compact JSON text for a validated JSON value (keys sorted, no NaN)."""
+    try:
+        encoded = json.dumps(
+            value, ensure_ascii=False, sort_keys=True, allow_nan=False, separators=(",", ":")
+        )
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{field} must be JSON serializable: {error}") from None
+    return text(encoded, field)

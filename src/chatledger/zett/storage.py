@@ -1,0 +1,492 @@
+"""``LedgerSessionStorage``: zett-agent's ``SessionStorage`` on the shared ledger."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection
+from zett_agent.extensions.compaction import CompactedMessage
+from zett_agent.extensions.events import MessageTiming
+from zett_agent.extensions.persistence import ContextSnapshot, RawMessageRecord, SessionSummary, SessionView
+from zett_agent.ids import new_uuid7
+from zett_agent.json_types import JsonValue
+from zett_agent.messages import AnyMessage
+from zett_agent.model import ModelUsage
+
+from .. import validate
+from ..engine import Ledger
+from ..errors import SnapshotConflict, VersionConflict
+from ..schema import raw_messages_table as _raw
+from ..schema import sessions_table as _sessions
+from ..schema import snapshots_table as _snapshots
+from . import codec
+
+#: Session type of sessions created by an append (zett's ``_DEFAULT_SESSION_TYPE``).
+DEFAULT_SESSION_TYPE = 0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _summary(row: Any) -> SessionSummary:
+    return SessionSummary(
+        session_id=row.id,
+        parent_session_id=row.parent_session_id,
+        session_type=row.session_type,
+        title=row.title,
+        agent_name=row.agent_name,
+        # The counter row knows the count: raw messages are never deleted one by one.
+        message_count=row.last_sequence,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _page(limit: object, offset: object) -> tuple[int, int]:
+    return validate.integer(limit, "limit", minimum=1), validate.integer(offset, "offset")
+
+
+class LedgerSessionStorage:
+    """zett-agent session storage in SQLite, PostgreSQL or MySQL/MariaDB.
+
+    Conforms to ``zett_agent.extensions.persistence.SessionStorage`` (``load``,
+    ``append``, ``snapshot``) and mirrors the extras of zett's own
+    ``SQLSessionStorage`` (``create_session``, ``get_session``, ``update_session``,
+    ``delete_session``, ``list_sessions``, ``list_raw_messages``,
+    ``count_messages``), with the same argument names and validation.
+
+    Args:
+        dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
+            ``None`` reads ``CHATLEDGER_DSN``, then uses the embedded SQLite default
+            (:func:`chatledger.dsn.default_sqlite_path`).
+        **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
+
+    One engine and pool per storage; :meth:`close` disposes of it, and the storage
+    is an async context manager. A server database must be migrated first
+    (``alembic upgrade head``); the first call raises
+    :class:`chatledger.SchemaNotReady` otherwise. The embedded SQLite database
+    upgrades itself.
+    """
+
+    def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
+        self.ledger = Ledger(dsn, **options)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.ledger.url.render_as_string(hide_password=True)!r})"
+
+    @property
+    def url(self) -> URL:
+        """The async SQLAlchemy URL in use (its ``repr`` masks the password)."""
+        return self.ledger.url
+
+    async def close(self) -> None:
+        """Dispose of the connection pool; stored history stays."""
+        await self.ledger.close()
+
+    async def __aenter__(self) -> LedgerSessionStorage:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- the SessionStorage protocol -------------------------------------------------
+
+    async def load(self, session_id: str) -> SessionView:
+        """The latest checkpoint and the raw-log tail strictly after its boundary.
+
+        Both come from one snapshot-consistent read transaction, so a concurrent
+        append or snapshot is seen whole or not at all. An unknown session gives an
+        empty ``SessionView`` (session type 0) and writes nothing.
+
+        Raises:
+            ValueError: ``session_id`` is invalid, or a stored row is corrupt (the
+                message names the session and sequence).
+        """
+        session_id = validate.identifier(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> SessionView:
+            head = (
+                await conn.execute(
+                    select(_sessions, *(column.label(f"checkpoint_{column.name}") for column in _snapshots.c))
+                    .outerjoin(
+                        _snapshots,
+                        (_snapshots.c.session_id == _sessions.c.id)
+                        & (_snapshots.c.version == _sessions.c.snapshot_version),
+                    )
+                    .where(_sessions.c.id == session_id)
+                )
+            ).one_or_none()
+            if head is None:
+                return SessionView(session_type=DEFAULT_SESSION_TYPE)
+            tail = await conn.execute(
+                select(_raw)
+                .where(_raw.c.session_id == session_id, _raw.c.sequence > head.compacted_through_sequence)
+                .order_by(_raw.c.sequence)
+            )
+            snapshot = None
+            if head.snapshot_version:
+                snapshot = codec.snapshot(_SnapshotView(head))
+            return SessionView(
+                parent_session_id=head.parent_session_id,
+                session_type=head.session_type,
+                title=head.title,
+                agent_name=head.agent_name,
+                snapshot=snapshot,
+                raw_tail=[codec.record(row) for row in tail],
+            )
+
+        return await self.ledger.read(work)
+
+    async def append(
+        self,
+        session_id: str,
+        request_id: str,
+        message: AnyMessage,
+        timing: MessageTiming | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        tags: Mapping[str, JsonValue] | None = None,
+        usage: ModelUsage | None = None,
+    ) -> int:
+        """Append one immutable raw-log message; return its sequence (1, 2, 3...).
+
+        One transaction: the first append creates the session (with
+        ``parent_session_id``, ``title`` and ``agent_name``; later appends leave
+        those alone, per the zett storage contract), the counter row advances, and
+        the message is inserted with that sequence. Concurrent appenders queue on
+        the counter row, so there is never a gap or a duplicate. ``request_id`` is
+        a correlation id, not an idempotency key: repeating it appends again.
+
+        Raises:
+            ValueError: invalid ids, title, agent name, metadata, tags, timing or
+                usage (usage only belongs to assistant messages); a
+                ``CompactedMessage`` (checkpoints go through :meth:`snapshot`); or a
+                parent different from the session's (the parent is immutable).
+                Nothing is written then.
+            TypeError: an argument of the wrong type.
+        """
+        now = _now()
+        session_values: dict[str, Any] = {
+            "id": validate.identifier(session_id, "session_id"),
+            "parent_session_id": validate.optional_identifier(parent_session_id, "parent_session_id"),
+            "title": validate.title(title),
+            "agent_name": validate.agent_name(agent_name),
+            "session_type": DEFAULT_SESSION_TYPE,
+        }
+        if session_values["parent_session_id"] == session_values["id"]:
+            raise ValueError("parent_session_id must differ from session_id")
+        row = codec.raw_row(
+            session_id=session_values["id"],
+            request_id=validate.identifier(request_id, "request_id"),
+            message=message,
+            timing=timing,
+            metadata=metadata,
+            tags=tags,
+            usage=usage,
+            now=now,
+        )
+        allocate = self.ledger.rules.allocate_sequence
+
+        async def work(conn: AsyncConnection) -> int:
+            sequence = await allocate(conn, session_values, now)
+            if sequence is None:
+                raise ValueError(
+                    f"session {session_values['id']!r} has another parent_session_id; "
+                    "the parent cannot change after creation"
+                )
+            await conn.execute(_raw.insert(), {**row, "sequence": sequence})
+            return sequence
+
+        return await self.ledger.write(work)
+
+    async def snapshot(
+        self,
+        session_id: str,
+        compacted_message: CompactedMessage,
+        compacted_through_sequence: int,
+        expected_version: int,
+    ) -> ContextSnapshot:
+        """Store a checkpoint replacing raw messages ``1..compacted_through_sequence``.
+
+        A compare-and-set on the session's checkpoint version: it succeeds only if
+        the current version is ``expected_version`` (0 before the first
+        checkpoint), and the new checkpoint gets ``expected_version + 1``. The
+        boundary is inclusive; it must name an existing sequence and advance past
+        the previous checkpoint's. Raw messages never change.
+
+        Raises:
+            SnapshotConflict: ``expected_version`` is stale (a ``ValueError`` whose
+                message contains "Snapshot conflict", as zett's store says).
+            ValueError: the session has no raw messages, or the boundary does not
+                name an existing sequence past the previous checkpoint.
+        """
+        session_id = validate.identifier(session_id, "session_id")
+        message_json = codec.snapshot_json(compacted_message)
+        boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
+        expected = validate.integer(expected_version, "expected_version")
+        now = _now()
+
+        async def work(conn: AsyncConnection) -> ContextSnapshot:
+            advanced = await conn.execute(
+                update(_sessions)
+                .where(
+                    _sessions.c.id == session_id,
+                    _sessions.c.snapshot_version == expected,
+                    _sessions.c.compacted_through_sequence < boundary,
+                    _sessions.c.last_sequence >= boundary,
+                )
+                .values(snapshot_version=expected + 1, compacted_through_sequence=boundary)
+            )
+            if advanced.rowcount != 1:
+                await self._explain_refused_snapshot(conn, session_id, boundary, expected)
+            row = {
+                "id": new_uuid7(),
+                "session_id": session_id,
+                "version": expected + 1,
+                "compacted_through_sequence": boundary,
+                "message_json": message_json,
+                "created_at": now,
+                "updated_at": now,
+            }
+            await conn.execute(_snapshots.insert(), row)
+            return codec.snapshot(_Row(row))
+
+        return await self.ledger.write(work)
+
+    @staticmethod
+    async def _explain_refused_snapshot(
+        conn: AsyncConnection, session_id: str, boundary: int, expected: int
+    ) -> None:
+        current = (
+            await conn.execute(
+                select(
+                    _sessions.c.last_sequence,
+                    _sessions.c.snapshot_version,
+                    _sessions.c.compacted_through_sequence,
+                ).where(_sessions.c.id == session_id)
+            )
+        ).one_or_none()
+        if current is None or current.last_sequence == 0:
+            raise ValueError(f"session {session_id!r} has no raw messages to snapshot")
+        if current.snapshot_version != expected:
+            raise SnapshotConflict(
+                f"Snapshot conflict; reload the session: {session_id!r} is at snapshot version "
+                f"{current.snapshot_version}, not {expected}"
+            )
+        if boundary > current.last_sequence:
+            raise ValueError(
+                f"compacted_through_sequence {boundary} is not an existing raw-log sequence "
+                f"(the last is {current.last_sequence})"
+            )
+        raise ValueError(
+            f"compacted_through_sequence {boundary} must advance beyond the previous checkpoint's "
+            f"{current.compacted_through_sequence}"
+        )
+
+    # -- extras, as zett's SQLSessionStorage has them --------------------------------
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        title: str | None = None,
+        agent_name: str | None = None,
+        session_type: int = DEFAULT_SESSION_TYPE,
+    ) -> SessionSummary:
+        """Create an empty session before its first append; ``session_id`` defaults to a UUIDv7.
+
+        Raises:
+            ValueError: invalid fields, or the session exists already.
+        """
+        now = _now()
+        values: dict[str, Any] = {
+            "id": validate.identifier(session_id if session_id is not None else new_uuid7(), "session_id"),
+            "parent_session_id": validate.optional_identifier(parent_session_id, "parent_session_id"),
+            "title": validate.title(title),
+            "agent_name": validate.agent_name(agent_name),
+            "session_type": validate.session_type(session_type),
+            "last_sequence": 0,
+            "snapshot_version": 0,
+            "compacted_through_sequence": 0,
+            "fields_version": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+        if values["parent_session_id"] == values["id"]:
+            raise ValueError("parent_session_id must differ from session_id")
+
+        async def work(conn: AsyncConnection) -> SessionSummary:
+            exists = await conn.scalar(select(_sessions.c.id).where(_sessions.c.id == values["id"]))
+            if exists is not None:
+                raise ValueError(f"Session already exists: {values['id']}")
+            await conn.execute(_sessions.insert(), values)
+            return _summary(_Row(values))
+
+        return await self.ledger.write(work)
+
+    async def get_session(self, session_id: str) -> SessionSummary | None:
+        """One session's summary, or ``None``; reads no message."""
+        session_id = validate.identifier(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> SessionSummary | None:
+            row = (await conn.execute(select(_sessions).where(_sessions.c.id == session_id))).one_or_none()
+            return _summary(row) if row is not None else None
+
+        return await self.ledger.read(work)
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        agent_name: str | None = None,
+        expected_version: int | None = None,
+    ) -> SessionSummary | None:
+        """Change the mutable fields; ``None`` leaves a field as it is.
+
+        Each update bumps the session's ``fields_version``. With
+        ``expected_version`` it is a compare-and-set on that version (see
+        :meth:`get_fields_version`). Returns ``None`` for an unknown session.
+
+        Raises:
+            ValueError: neither field given, or a field is invalid.
+            VersionConflict: ``expected_version`` is stale.
+        """
+        session_id = validate.identifier(session_id, "session_id")
+        changes: dict[str, Any] = {}
+        if title is not None:
+            changes["title"] = validate.title(title)
+        if agent_name is not None:
+            changes["agent_name"] = validate.agent_name(agent_name)
+        if not changes:
+            raise ValueError("At least one session field must be supplied (title or agent_name)")
+        expected = validate.optional_integer(expected_version, "expected_version", minimum=1)
+
+        async def work(conn: AsyncConnection) -> SessionSummary | None:
+            statement = update(_sessions).where(_sessions.c.id == session_id)
+            if expected is not None:
+                statement = statement.where(_sessions.c.fields_version == expected)
+            changed = await conn.execute(
+                statement.values(**changes, fields_version=_sessions.c.fields_version + 1, updated_at=_now())
+            )
+            row = (await conn.execute(select(_sessions).where(_sessions.c.id == session_id))).one_or_none()
+            if changed.rowcount != 1 and row is not None:
+                raise VersionConflict(
+                    f"session {session_id!r} fields are at version {row.fields_version}, not {expected}"
+                )
+            return _summary(row) if row is not None else None
+
+        return await self.ledger.write(work)
+
+    async def get_fields_version(self, session_id: str) -> int | None:
+        """The session's ``fields_version`` (for :meth:`update_session`), or ``None``."""
+        session_id = validate.identifier(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> int | None:
+            return await conn.scalar(select(_sessions.c.fields_version).where(_sessions.c.id == session_id))
+
+        return await self.ledger.read(work)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session with its raw log and snapshots; ``False`` if nothing existed."""
+        session_id = validate.identifier(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> bool:
+            # The counter row first: it locks out concurrent appenders.
+            removed = (await conn.execute(delete(_sessions).where(_sessions.c.id == session_id))).rowcount
+            removed += (await conn.execute(delete(_raw).where(_raw.c.session_id == session_id))).rowcount
+            removed += (
+                await conn.execute(delete(_snapshots).where(_snapshots.c.session_id == session_id))
+            ).rowcount
+            return bool(removed)
+
+        return await self.ledger.write(work)
+
+    async def list_sessions(
+        self,
+        *,
+        session_types: Sequence[int] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SessionSummary]:
+        """One page of sessions, newest activity first (``updated_at``, then id).
+
+        Reads only session rows, through the activity index: the counter row holds
+        the message count, so no raw message is scanned.
+        """
+        limit, offset = _page(limit, offset)
+        codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
+        statement = select(_sessions).order_by(_sessions.c.updated_at.desc(), _sessions.c.id.desc())
+        if codes is not None:
+            statement = statement.where(_sessions.c.session_type.in_(codes))
+
+        async def work(conn: AsyncConnection) -> list[SessionSummary]:
+            return [_summary(row) for row in await conn.execute(statement.offset(offset).limit(limit))]
+
+        return await self.ledger.read(work)
+
+    async def list_raw_messages(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int = 0,
+        through_sequence: int | None = None,
+        limit: int = 10_000,
+        offset: int = 0,
+    ) -> list[RawMessageRecord]:
+        """A page of the raw log in sequence order, ignoring checkpoints.
+
+        Args:
+            after_sequence: exclusive lower bound; 0 starts at the beginning.
+            through_sequence: inclusive upper bound; ``None`` for none.
+            limit: positive page size. offset: records to skip after the bounds.
+        """
+        session_id = validate.identifier(session_id, "session_id")
+        after = validate.integer(after_sequence, "after_sequence")
+        through = validate.optional_integer(through_sequence, "through_sequence", minimum=1)
+        limit, offset = _page(limit, offset)
+        statement = select(_raw).where(_raw.c.session_id == session_id, _raw.c.sequence > after)
+        if through is not None:
+            statement = statement.where(_raw.c.sequence <= through)
+        statement = statement.order_by(_raw.c.sequence).offset(offset).limit(limit)
+
+        async def work(conn: AsyncConnection) -> list[RawMessageRecord]:
+            return [codec.record(row) for row in await conn.execute(statement)]
+
+        return await self.ledger.read(work)
+
+    async def count_messages(self, session_id: str) -> int:
+        """How many raw messages the session has (its counter); 0 when unknown."""
+        session_id = validate.identifier(session_id, "session_id")
+
+        async def work(conn: AsyncConnection) -> int:
+            count = await conn.scalar(select(_sessions.c.last_sequence).where(_sessions.c.id == session_id))
+            return int(count or 0)
+
+        return await self.ledger.read(work)
+
+
+class _Row:
+    """Attribute access over a dict, for rows built in Python."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+class _SnapshotView(_Row):
+    """The ``checkpoint_*`` columns of a joined session row, under their own names."""
+
+    def __init__(self, head: Any) -> None:
+        mapping = head._mapping
+        super().__init__({column.name: mapping[f"checkpoint_{column.name}"] for column in _snapshots.c})
