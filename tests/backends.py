@@ -55,14 +55,14 @@ def docker_answers() -> bool:
 def container_dsn(backend: str) -> Iterator[str]:
     """Start a throwaway server with testcontainers and yield its admin DSN."""
     if backend == "postgresql":
-        from testcontainers.postgres import PostgresContainer
+        from testcontainers.community.postgres import PostgresContainer
 
         with PostgresContainer(
             IMAGES[backend], username="chatledger", password="chatledger", dbname="chatledger"
         ) as pg:
             yield f"postgresql://chatledger:chatledger@{pg.get_container_host_ip()}:{pg.get_exposed_port(5432)}/chatledger"
     else:
-        from testcontainers.mysql import MySqlContainer
+        from testcontainers.community.mysql import MySqlContainer
 
         with MySqlContainer(
             IMAGES[backend], username="root", password="chatledger", dbname="chatledger"
