@@ -3,8 +3,8 @@
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
 SQLAlchemy's dialect name: the sequence-allocating upsert, the transient error
-codes that are safe to retry, the options of a snapshot-consistent read, and the
-connection set-up of SQLite.
+codes that are safe to retry, the options of a snapshot-consistent read, the
+rein-session upsert, and the connection set-up of SQLite.
 """
 
 from __future__ import annotations
@@ -20,11 +20,17 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .schema import sessions_table
+from .schema import rein_sessions_table, sessions_table
 
 #: Allocates the next sequence of a session, creating the session row on its first
 #: append, and returns it; ``None`` when the stored parent differs from the given one.
 Allocator = Callable[[AsyncConnection, dict[str, Any], datetime], Awaitable[int | None]]
+
+#: Saves one rein session row (``id``, ``session_json``, ``created_at``, ``updated_at``)
+#: in one race-free statement and returns its new version: 1 when inserted, the old
+#: version + 1 when overwritten. With ``only_if_absent`` an existing row is left alone
+#: and ``None`` is returned.
+ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | None]]
 
 
 def _new_session_row(values: dict[str, Any], now: datetime) -> dict[str, Any]:
@@ -84,17 +90,78 @@ async def _allocate_last_insert_id(
     return int(sequence) if sequence else None
 
 
+async def _save_rein_returning(
+    insert: Callable[..., Any], conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
+) -> int | None:
+    """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE / DO NOTHING .. RETURNING``.
+
+    The conflict clause takes the row lock, so concurrent first saves of one id never
+    raise a duplicate-key error: one inserts, the others overwrite after it.
+    """
+    table = rein_sessions_table
+    statement = insert(table).values({**values, "version": 1})
+    if only_if_absent:
+        statement = statement.on_conflict_do_nothing(index_elements=[table.c.id])
+    else:
+        statement = statement.on_conflict_do_update(
+            index_elements=[table.c.id],
+            set_={
+                "version": table.c.version + 1,
+                "session_json": statement.excluded.session_json,
+                "updated_at": statement.excluded.updated_at,
+            },
+        )
+    return (await conn.execute(statement.returning(table.c.version))).scalar_one_or_none()
+
+
+async def _save_rein_postgresql(
+    conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
+) -> int | None:
+    return await _save_rein_returning(postgresql.insert, conn, values, only_if_absent)
+
+
+async def _save_rein_sqlite(
+    conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
+) -> int | None:
+    return await _save_rein_returning(sqlite.insert, conn, values, only_if_absent)
+
+
+async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
+    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``,
+    as :func:`_allocate_last_insert_id` does: the new version comes back in the OK
+    packet, and 0 (no real version) reports a row left alone."""
+    table = rein_sessions_table
+    statement = mysql.insert(table).values({**values, "version": func.last_insert_id(1)})
+    if only_if_absent:
+        statement = statement.on_duplicate_key_update(version=table.c.version + func.last_insert_id(0))
+    else:
+        statement = statement.on_duplicate_key_update(
+            version=func.last_insert_id(table.c.version + 1),
+            session_json=statement.inserted.session_json,
+            updated_at=statement.inserted.updated_at,
+        )
+    version = (await conn.execute(statement)).lastrowid
+    return int(version) if version else None
+
+
 @dataclass(frozen=True)
 class DialectRules:
     """What one backend needs done its own way."""
 
     #: The sequence-allocating upsert on the counter row.
     allocate_sequence: Allocator
+    #: The race-free upsert of one rein session row.
+    save_rein_session: ReinSaver
     #: Driver error codes of failures that roll the whole transaction back and are
     #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
     transient_codes: frozenset[str | int]
     #: Execution options of a snapshot-consistent read transaction.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
+    #: Largest statement the server takes, in bytes, when no query says otherwise:
+    #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
+    statement_limit: int = 1_000_000_000
+    #: Query reading the server's own limit (MySQL's ``max_allowed_packet``).
+    statement_limit_query: str | None = None
 
 
 async def _allocate_postgresql(conn: AsyncConnection, values: dict[str, Any], now: datetime) -> int | None:
@@ -108,18 +175,22 @@ async def _allocate_sqlite(conn: AsyncConnection, values: dict[str, Any], now: d
 RULES: dict[str, DialectRules] = {
     "postgresql": DialectRules(
         allocate_sequence=_allocate_postgresql,
+        save_rein_session=_save_rein_postgresql,
         # serialization_failure, deadlock_detected
         transient_codes=frozenset({"40001", "40P01"}),
         snapshot_read={"isolation_level": "REPEATABLE READ"},
     ),
     "mysql": DialectRules(
         allocate_sequence=_allocate_last_insert_id,
+        save_rein_session=_save_rein_mysql,
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
         transient_codes=frozenset({1213, 1205}),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
+        statement_limit_query="SELECT @@max_allowed_packet",
     ),
     "sqlite": DialectRules(
         allocate_sequence=_allocate_sqlite,
+        save_rein_session=_save_rein_sqlite,
         # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.

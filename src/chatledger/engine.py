@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -71,6 +72,9 @@ class Ledger:
         self._ready_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
+        #: Largest statement the server accepts, in bytes; read from the server (MySQL's
+        #: ``max_allowed_packet``) by :meth:`ensure_ready`.
+        self.statement_limit = self.rules.statement_limit
 
     def __repr__(self) -> str:
         return f"Ledger({display(self.url)!r})"
@@ -98,6 +102,10 @@ class Ledger:
             current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
             if current != head:
                 raise SchemaNotReady(migrate.behind_message(self.url, current))
+            query = self.rules.statement_limit_query
+            if query is not None:
+                limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
+                self.statement_limit = int(limit)
             self._ready = True
 
     async def write(self, work: Work[T]) -> T:

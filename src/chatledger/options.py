@@ -33,7 +33,7 @@ class LedgerOptions(BaseModel):
     auto_upgrade: bool | None = None
     #: Attempts for a transaction that hits a transient failure (deadlock,
     #: serialization failure, lock timeout, busy SQLite file); 1 disables retrying.
-    retry_attempts: int = Field(default=8, ge=1)
+    retry_attempts: int = Field(default=30, ge=1)
     #: First backoff between attempts in seconds; doubles per attempt, with full jitter.
     retry_backoff: float = Field(default=0.01, ge=0)
     #: Upper bound of one backoff, in seconds.
