@@ -9,6 +9,7 @@ rein-session upsert, and the connection set-up of SQLite.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -197,6 +198,18 @@ RULES: dict[str, DialectRules] = {
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
     ),
 }
+
+
+def pgbouncer_connect_args() -> dict[str, Any]:
+    """asyncpg behind PgBouncer's transaction pooling: every prepared statement gets a
+    unique name and none is cached, since consecutive transactions may run on
+    different server connections. From SQLAlchemy's asyncpg documentation,
+    "Prepared Statement Name with PGBouncer"."""
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4()}__",
+    }
 
 
 def rules(dialect_name: str) -> DialectRules:

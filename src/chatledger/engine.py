@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from . import dialects, migrate
 from .dsn import display, resolve_dsn, sqlite_file
@@ -48,7 +49,12 @@ class Ledger:
             "connect_args": dict(self.options.connect_args),
             "pool_pre_ping": True,
         }
-        if self.url.get_backend_name() != "sqlite":
+        if self.options.pgbouncer:
+            if self.url.get_backend_name() != "postgresql":
+                raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
+            engine_options["poolclass"] = NullPool
+            engine_options["connect_args"].update(dialects.pgbouncer_connect_args())
+        elif self.url.get_backend_name() != "sqlite":
             engine_options.update(
                 pool_size=self.options.pool_size,
                 max_overflow=self.options.max_overflow,
@@ -130,7 +136,7 @@ class Ledger:
                         return await work(conn)
             except DBAPIError as error:
                 if not dialects.is_transient(self.dialect, error):
-                    if error.connection_invalidated or _is_disconnect(error):
+                    if _is_disconnect(error):
                         raise StorageUnavailable(
                             f"lost the connection to {display(self.url)}; nothing from this call was "
                             f"committed unless the server had already acknowledged it: {error.orig}"
@@ -159,7 +165,6 @@ class Ledger:
 
 
 def _is_disconnect(error: DBAPIError) -> bool:
-    return isinstance(error.orig, OSError) or (
-        type(error).__name__ in {"OperationalError", "InterfaceError"}
-        and ("connect" in str(error.orig).lower() or "closed" in str(error.orig).lower())
-    )
+    """Whether the connection itself failed (SQLAlchemy's dialect-specific check, or a
+    socket error underneath), as opposed to the statement."""
+    return bool(error.connection_invalidated) or isinstance(error.orig, OSError)

@@ -38,5 +38,8 @@ class LedgerOptions(BaseModel):
     retry_backoff: float = Field(default=0.01, ge=0)
     #: Upper bound of one backoff, in seconds.
     retry_backoff_max: float = Field(default=0.5, ge=0)
+    #: PostgreSQL behind PgBouncer in transaction pooling mode: no client-side pool
+    #: (PgBouncer pools), no cached or reused prepared-statement names.
+    pgbouncer: bool = False
     #: SQLite: milliseconds a writer waits for the file's write lock.
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
