@@ -57,33 +57,42 @@ class StressReport:
         return not (self.errors or self.gaps or self.duplicates or self.lost)
 
 
-async def _work(
-    dsn: str, worker: int, shared: str, own: str | None, appends: int, start_at: float, options: dict[str, Any]
-) -> WorkerResult:
+@dataclass(frozen=True)
+class WorkerJob:
+    """One worker's orders (pickled into its process)."""
+
+    dsn: str
+    worker: int
+    shared: str
+    own: str | None
+    appends: int
+    start_at: float
+    options: dict[str, Any]
+
+
+async def _work(job: WorkerJob) -> WorkerResult:
     from zett_agent.messages import UserMessage
 
     from .zett import LedgerSessionStorage
 
     result = WorkerResult()
-    async with LedgerSessionStorage(dsn, **options) as storage:
+    async with LedgerSessionStorage(job.dsn, **job.options) as storage:
         await storage.ledger.ensure_ready()
-        await asyncio.sleep(max(0.0, start_at - time.time()))
-        for index in range(appends):
-            for session in (shared, own) if own else (shared,):
-                text = f"{worker}:{index}"
+        await asyncio.sleep(max(0.0, job.start_at - time.time()))
+        for index in range(job.appends):
+            for session in (job.shared, job.own) if job.own else (job.shared,):
+                text = f"{job.worker}:{index}"
                 try:
-                    sequence = await storage.append(session, f"req-{worker}", UserMessage(content=text))
+                    sequence = await storage.append(session, f"req-{job.worker}", UserMessage(content=text))
                     result.acked.append((session, sequence, text))
-                except Exception as error:
+                except Exception as error:  # counted and reported, never hidden
                     result.errors.append(f"{type(error).__name__}: {error}")
         result.retries = storage.ledger.retries
     return result
 
 
-def _worker(
-    dsn: str, worker: int, shared: str, own: str | None, appends: int, start_at: float, options: dict[str, Any]
-) -> WorkerResult:
-    return asyncio.run(_work(dsn, worker, shared, own, appends, start_at, options))
+def _worker(job: WorkerJob) -> WorkerResult:
+    return asyncio.run(_work(job))
 
 
 async def verify(dsn: str | URL, results: list[WorkerResult], sessions: list[str]) -> tuple[int, int, int]:
@@ -143,10 +152,11 @@ async def run_stress(
     with ProcessPoolExecutor(max_workers=processes, mp_context=context) as pool:
         # Workers start together once every process is up, so contention is real.
         start_at = time.time() + 2.0 + 0.3 * processes
-        futures = [
-            pool.submit(_worker, rendered, worker, shared, owns[worker], appends, start_at, options or {})
+        jobs = [
+            WorkerJob(rendered, worker, shared, owns[worker], appends, start_at, options or {})
             for worker in range(processes)
         ]
+        futures = [pool.submit(_worker, job) for job in jobs]
         results = [future.result() for future in futures]
     seconds = time.time() - start_at
     sessions = [shared, *(own for own in owns if own)]
