@@ -38,6 +38,12 @@ def required_backends() -> set[str]:
     return names
 
 
+def serializable_postgres() -> bool:
+    """``CHATLEDGER_TEST_PG_SERIALIZABLE=1``: the PostgreSQL test database defaults to
+    SERIALIZABLE, as CockroachDB and YugabyteDB do."""
+    return os.environ.get("CHATLEDGER_TEST_PG_SERIALIZABLE", "") not in ("", "0")
+
+
 def docker_answers() -> bool:
     try:
         import docker  # installed with testcontainers

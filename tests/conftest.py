@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from chatledger.migrate import upgrade_database
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import BACKENDS, Server, Servers, fresh_name, required_backends
+from .backends import BACKENDS, Server, Servers, fresh_name, required_backends, serializable_postgres
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +64,9 @@ async def database(
     name = fresh_name()
     url = await server.create_database(name)
     try:
+        if backend == "postgresql" and serializable_postgres():
+            # Stands in for distributed SQL engines that only run SERIALIZABLE.
+            await server.execute(f"ALTER DATABASE {name} SET default_transaction_isolation TO 'serializable'")
         await upgrade_database(url)
         yield Database(backend, url, server)
     finally:
