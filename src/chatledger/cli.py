@@ -1,0 +1,253 @@
+"""The ``chatledger`` command: the demo and the schema commands.
+
+Every subcommand is one :class:`Command` in :data:`COMMANDS` (name, help, its
+arguments, and an async ``run`` returning the exit status), so a new one is one
+small function and one entry.
+
+DSN rule, for every subcommand (from the chatledger ledger issue, see
+:func:`chatledger.dsn.resolve_dsn`): ``--dsn``, else ``CHATLEDGER_DSN``, else the
+embedded SQLite default. Output shows a DSN only through
+:func:`chatledger.dsn.display`, so a password is never printed.
+
+Exit status: 0 success; 1 ``check`` found the database behind; 2 a usage error
+(bad arguments or DSN, unreachable server, database not migrated, unknown
+revision): one line on stderr, no traceback; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from rich.console import Console
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from . import __version__, migrate
+from .dsn import DSN_ENV, display, resolve_dsn, sqlite_file
+from .errors import ChatledgerError
+
+#: Exit status of a usage error (argparse uses the same).
+USAGE_ERROR = 2
+#: Widest the rich output gets, however wide the terminal.
+MAX_WIDTH = 120
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: ``configure`` adds its arguments, ``run`` does the work and
+    returns the exit status."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Console], Awaitable[int]]
+
+
+def add_dsn(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """The ``--dsn`` option every subcommand shares."""
+    parser.add_argument(
+        "--dsn",
+        required=required,
+        help=f"database URL (postgresql://, mysql://, mariadb://, sqlite:///PATH); default: ${DSN_ENV}, "
+        "else the embedded SQLite database",
+    )
+
+
+# -- demo ---------------------------------------------------------------------------
+
+
+def _configure_demo(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+
+
+async def _demo(args: argparse.Namespace, console: Console) -> int:
+    try:
+        from .demo import run_demo  # imports zett-agent, which only the demo needs
+    except ModuleNotFoundError as error:
+        if error.name != "zett_agent" and not (error.name or "").startswith("zett_agent."):
+            raise
+        raise ImportError("the demo needs zett-agent: pip install 'chatledger[zett]'") from error
+    await run_demo(args.dsn, console)
+    return 0
+
+
+# -- schema commands ----------------------------------------------------------------
+
+
+def _configure_upgrade(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument("--revision", default="head", help="revision to upgrade to (default: head)")
+
+
+async def _upgrade(args: argparse.Namespace, console: Console) -> int:
+    url = resolve_dsn(args.dsn)
+    reached = await migrate.upgrade_database(url, args.revision)
+    _say(console, f"{display(url)} is at revision {_revision(reached)}")
+    return 0
+
+
+def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
+    # Required, unlike elsewhere: a downgrade drops data, so it never falls back on a default.
+    add_dsn(parser, required=True)
+    parser.add_argument("revision", help="revision to downgrade to; 'base' drops every chatledger table")
+
+
+async def _downgrade(args: argparse.Namespace, console: Console) -> int:
+    url = resolve_dsn(args.dsn)
+    reached = await migrate.downgrade_database(url, args.revision)
+    _say(console, f"{display(url)} is at revision {_revision(reached)}")
+    return 0
+
+
+async def _current_revision(url: URL) -> str | None:
+    """The database's revision; a SQLite file that does not exist yet has none (and is not created)."""
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        return None
+    return await migrate.database_revision(url)
+
+
+async def _current(args: argparse.Namespace, console: Console) -> int:
+    url = resolve_dsn(args.dsn)
+    current = await _current_revision(url)
+    _say(console, f"database  {display(url)}")
+    _say(console, f"current   {_revision(current)}")
+    _say(console, f"head      {migrate.head_revision()}")
+    return 0
+
+
+async def _check(args: argparse.Namespace, console: Console) -> int:
+    url = resolve_dsn(args.dsn)
+    current = await _current_revision(url)
+    if current != migrate.head_revision():
+        print(f"chatledger check: {migrate.behind_message(url, current)}", file=sys.stderr)
+        return 1
+    _say(console, f"{display(url)} is at head ({current})")
+    return 0
+
+
+#: Every subcommand, in the order ``--help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "demo",
+        "run a zett-agent conversation (tool call, compaction, restart) on the database and show what "
+        "was stored",
+        _configure_demo,
+        _demo,
+    ),
+    Command("upgrade", "migrate the database to the newest schema revision", _configure_upgrade, _upgrade),
+    Command("downgrade", "migrate the database down to REVISION", _configure_downgrade, _downgrade),
+    Command("current", "show the database's schema revision and the head revision", add_dsn, _current),
+    Command("check", "exit 0 if the database is at the head revision, 1 if not", add_dsn, _check),
+)
+
+
+def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
+    """The ``chatledger`` argument parser, one subparser per command."""
+    parser = argparse.ArgumentParser(
+        prog="chatledger", description="AI-agent conversation sessions in one SQL schema."
+    )
+    parser.add_argument("--version", action="version", version=f"chatledger {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in commands:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        command.configure(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``chatledger`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status.
+
+    A user mistake (bad DSN, unreachable server, database not migrated, bad
+    revision) prints one line to stderr and returns 2, without a traceback.
+    """
+    try:
+        return asyncio.run(run(argv))
+    except KeyboardInterrupt:
+        print("chatledger: interrupted", file=sys.stderr)
+        return 130
+
+
+async def run(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
+    """:func:`main` inside a running event loop (for tests and embedding): parse
+    ``argv``, run the command, turn a user mistake into one stderr line and status 2.
+
+    Raises:
+        SystemExit: from argparse, for bad arguments, ``--help`` and ``--version``.
+    """
+    args = build_parser().parse_args(argv)
+    if console is None:
+        console = Console(highlight=False)
+        console.width = min(console.width, MAX_WIDTH)
+    try:
+        status: int = await args.run(args, console)
+    except Exception as error:
+        message = user_error(error, getattr(args, "dsn", None))
+        if message is None:
+            raise
+        print(f"chatledger {args.command}: {message}", file=sys.stderr)
+        return USAGE_ERROR
+    return status
+
+
+def user_error(error: Exception, dsn: str | None) -> str | None:
+    """One line explaining a user's mistake, or ``None`` for a bug (which keeps its traceback).
+
+    The DSN's password, when one was given, is masked wherever it appears.
+    """
+    from alembic.util import CommandError
+
+    if isinstance(error, SQLAlchemyError | OSError):
+        # Driver and socket errors: the driver's own message, without SQLAlchemy's SQL and
+        # help link, after the database it came from.
+        cause = getattr(error, "orig", None) or error
+        message = f"database {_where(dsn)}: {cause}"
+    elif isinstance(error, ChatledgerError | ValueError | ImportError | CommandError):
+        message = str(error) or type(error).__name__
+    else:
+        return None
+    message = " ".join(message.split())
+    return _mask_password(message, dsn)
+
+
+def _mask_password(message: str, dsn: str | None) -> str:
+    """``message`` with the password of ``dsn`` (or of ``CHATLEDGER_DSN``), as given and
+    URL-decoded, replaced by ``***``."""
+    for candidate in (dsn, os.environ.get(DSN_ENV)):
+        if not candidate:
+            continue
+        passwords: set[str] = set()
+        try:
+            passwords.add(urlsplit(candidate).password or "")
+            passwords.add(str(resolve_dsn(candidate).password or ""))
+        except (ValueError, TypeError):
+            pass
+        for password in sorted(passwords - {""}, key=len, reverse=True):
+            message = message.replace(password, "***")
+    return message
+
+
+def _where(dsn: str | None) -> str:
+    try:
+        return display(resolve_dsn(dsn))
+    except (ValueError, TypeError):
+        return "(invalid DSN)"
+
+
+def _revision(revision: str | None) -> str:
+    return revision or "<none>"
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
