@@ -132,6 +132,55 @@ async def _check(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# -- stress -------------------------------------------------------------------------
+
+
+def _configure_stress(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dsn",
+        action="append",
+        help=f"database URL, repeatable: one report per database; default: ${DSN_ENV}",
+    )
+    parser.add_argument("--processes", type=int, default=8, help="worker processes (default: 8)")
+    parser.add_argument(
+        "--appends", type=int, default=200, help="appends per worker and session (default: 200)"
+    )
+    parser.add_argument("--shared-only", action="store_true", help="skip each worker's own session")
+
+
+async def _stress(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from .stress import run_stress
+
+    if args.processes < 1 or args.appends < 1:
+        raise ValueError("--processes and --appends must be at least 1")
+    table = Table(title=f"stress: {args.processes} processes x {args.appends} appends")
+    for column in ("backend", "appends/s", "acknowledged", "errors", "retries", "gaps", "duplicates", "lost"):
+        table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
+    clean = True
+    for dsn in args.dsn or [None]:
+        url = resolve_dsn(dsn)
+        _say(console, f"stressing {display(url)} ...")
+        report = await run_stress(
+            url, processes=args.processes, appends=args.appends, own_sessions=not args.shared_only
+        )
+        clean = clean and report.clean
+        counts = (
+            report.acknowledged,
+            report.errors,
+            report.retries,
+            report.gaps,
+            report.duplicates,
+            report.lost,
+        )
+        table.add_row(report.backend, f"{report.appends_per_second:.0f}", *(str(count) for count in counts))
+        for sample in report.error_samples:
+            _say(console, f"error: {_mask_password(sample, dsn)}")
+    console.print(table)
+    return 0 if clean else 1
+
+
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -145,6 +194,13 @@ COMMANDS: tuple[Command, ...] = (
     Command("downgrade", "migrate the database down to REVISION", _configure_downgrade, _downgrade),
     Command("current", "show the database's schema revision and the head revision", add_dsn, _current),
     Command("check", "exit 0 if the database is at the head revision, 1 if not", add_dsn, _check),
+    Command(
+        "stress",
+        "append from many processes at once; report throughput, errors, retries, gaps and duplicates "
+        "(exit 1 unless all are clean)",
+        _configure_stress,
+        _stress,
+    ),
 )
 
 
@@ -189,9 +245,13 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
     try:
         status: int = await args.run(args, console)
     except Exception as error:
-        message = user_error(error, getattr(args, "dsn", None))
+        given = getattr(args, "dsn", None)
+        dsns: list[str | None] = list(given) if isinstance(given, list) else [given]
+        message = user_error(error, dsns[0])
         if message is None:
             raise
+        for other in dsns[1:]:
+            message = _mask_password(message, other)
         print(f"chatledger {args.command}: {message}", file=sys.stderr)
         return USAGE_ERROR
     return status
