@@ -241,7 +241,8 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
     args = build_parser().parse_args(argv)
     if console is None:
         console = Console(highlight=False)
-        console.width = min(console.width, MAX_WIDTH)
+        # A terminal's own width, up to MAX_WIDTH; piped output gets MAX_WIDTH, not rich's 80.
+        console.width = min(console.width, MAX_WIDTH) if console.is_terminal else MAX_WIDTH
     try:
         status: int = await args.run(args, console)
     except Exception as error:
