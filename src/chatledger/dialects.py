@@ -156,6 +156,11 @@ class DialectRules:
     #: Driver error codes of failures that roll the whole transaction back and are
     #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
     transient_codes: frozenset[str | int]
+    #: Driver error codes that say the server cannot serve the call right now: it
+    #: refused or dropped the connection, is starting up or shutting down, or has no
+    #: connection slot left. Not retried (a dropped commit may have been applied);
+    #: reported as ``StorageUnavailable``.
+    unavailable_codes: frozenset[str | int] = frozenset()
     #: Execution options of a snapshot-consistent read transaction.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Largest statement the server takes, in bytes, when no query says otherwise:
@@ -179,6 +184,11 @@ RULES: dict[str, DialectRules] = {
         save_rein_session=_save_rein_postgresql,
         # serialization_failure, deadlock_detected
         transient_codes=frozenset({"40001", "40P01"}),
+        # SQLSTATE class 08 (connection exceptions), too_many_connections,
+        # admin_shutdown, crash_shutdown, cannot_connect_now (starting up / shutting down)
+        unavailable_codes=frozenset(
+            {"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"}
+        ),
         snapshot_read={"isolation_level": "REPEATABLE READ"},
     ),
     "mysql": DialectRules(
@@ -186,6 +196,10 @@ RULES: dict[str, DialectRules] = {
         save_rein_session=_save_rein_mysql,
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
         transient_codes=frozenset({1213, 1205}),
+        # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
+        # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
+        # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
+        unavailable_codes=frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
         statement_limit_query="SELECT @@max_allowed_packet",
     ),
@@ -241,6 +255,12 @@ def error_code(error: DBAPIError) -> str | int | None:
 def is_transient(dialect_name: str, error: DBAPIError) -> bool:
     """Whether the error rolled the transaction back for a reason a retry can cure."""
     return error_code(error) in rules(dialect_name).transient_codes
+
+
+def is_unavailable(dialect_name: str, error: DBAPIError) -> bool:
+    """Whether the error says the server cannot serve now (down, restarting, out of
+    connection slots, or the connection dropped), as opposed to the statement failing."""
+    return error_code(error) in rules(dialect_name).unavailable_codes
 
 
 def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> None:

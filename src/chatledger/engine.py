@@ -136,10 +136,11 @@ class Ledger:
                         return await work(conn)
             except DBAPIError as error:
                 if not dialects.is_transient(self.dialect, error):
-                    if _is_disconnect(error):
+                    if _is_disconnect(error) or dialects.is_unavailable(self.dialect, error):
                         raise StorageUnavailable(
-                            f"lost the connection to {display(self.url)}; nothing from this call was "
-                            f"committed unless the server had already acknowledged it: {error.orig}"
+                            f"lost or could not open the connection to {display(self.url)}; nothing "
+                            "from this call was committed unless the server had already acknowledged "
+                            f"it: {error.orig}"
                         ) from error
                     raise
                 if attempt == attempts:
