@@ -4,18 +4,35 @@ Rules come from zett-agent's storage contract and its ``SQLSessionStorage``
 (title 1-200 characters, agent name 1-64, session type a non-negative integer,
 limit positive, offset non-negative), widened where chatledger's schema is wider
 (ids up to 255 characters).
+
+Naive datetimes are refused (``ValueError``) on every backend rather than taken
+as UTC or local time: a stored instant must not depend on the machine's zone.
+Aware datetimes in any zone are stored, and read back, as the same instant in UTC.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .types import MAX_ID_LENGTH
 
 #: Largest value of a 64-bit signed integer column.
 MAX_BIGINT = 2**63 - 1
+
+#: The instants every backend stores: MySQL's documented ``DATETIME`` range
+#: (1000-01-01 to 9999-12-31), applied everywhere so that all backends agree.
+MIN_INSTANT = datetime(1000, 1, 1, tzinfo=UTC)
+MAX_INSTANT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+#: Bytes a row's statement needs beyond its long text values: the SQL itself, ids,
+#: numbers and timestamps (well under 8 KiB even with 255-character ids).
+STATEMENT_OVERHEAD = 16 * 1024
+
+#: Characters a client escapes with a backslash inside a string literal (PyMySQL's
+#: ``escape_string``: NUL, newline, carriage return, Ctrl-Z, both quotes, backslash).
+_ESCAPED = ("\x00", "\n", "\r", "\x1a", "'", '"', "\\")
 
 
 def text(value: object, field: str) -> str:
@@ -90,11 +107,26 @@ def session_type(value: object) -> int:
 
 
 def aware(value: object, field: str) -> datetime:
-    """A timezone-aware datetime. Naive datetimes are refused on every backend."""
+    """A timezone-aware datetime, returned in UTC.
+
+    Raises:
+        TypeError: not a ``datetime``.
+        ValueError: a naive datetime (refused on every backend, never taken as
+            UTC), or an instant outside :data:`MIN_INSTANT`..:data:`MAX_INSTANT`.
+    """
     if not isinstance(value, datetime):
         raise TypeError(f"{field} must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{field} is a naive datetime; pass a timezone-aware one (UTC)")
+    try:
+        value = value.astimezone(UTC)
+        within = MIN_INSTANT <= value <= MAX_INSTANT
+    except OverflowError:  # the UTC instant lies before year 1 or after 9999
+        within = False
+    if not within:
+        raise ValueError(
+            f"{field} must lie between {MIN_INSTANT.isoformat()} and {MAX_INSTANT.isoformat()} (UTC)"
+        )
     return value
 
 
@@ -111,3 +143,36 @@ def json_text(value: Any, field: str) -> str:
     except (TypeError, ValueError) as error:
         raise ValueError(f"{field} must be JSON serializable: {error}") from None
     return text(encoded, field)
+
+
+def statement_size(*values: str) -> int:
+    """Upper bound of the bytes a row with these long text values takes as one statement.
+
+    UTF-8 bytes, plus one byte per character that a string literal escapes (how
+    aiomysql sends values inside the statement text), plus
+    :data:`STATEMENT_OVERHEAD`. Drivers that bind values apart from the statement
+    (asyncpg, sqlite3) need fewer bytes, so the bound holds everywhere.
+    """
+    size = STATEMENT_OVERHEAD
+    for value in values:
+        size += len(value.encode("utf-8")) + sum(value.count(char) for char in _ESCAPED)
+    return size
+
+
+def within_statement_limit(size: int, limit: int, field: str) -> None:
+    """Refuse a row larger than the server accepts, before anything is sent.
+
+    ``limit`` is :attr:`chatledger.engine.Ledger.statement_limit`: MySQL's
+    ``max_allowed_packet`` as the server reports it, else 1 GB (PostgreSQL's
+    largest field, SQLite's default ``SQLITE_MAX_LENGTH``).
+
+    Raises:
+        ValueError: ``size`` exceeds ``limit``; names the field, both sizes and the limit.
+    """
+    if size > limit:
+        raise ValueError(
+            f"{field} is too large to store: its row needs up to {size} bytes in one statement, "
+            f"and the database's statement limit (statement_limit; MySQL's max_allowed_packet) "
+            f"is {limit} bytes. Nothing was written; store large payloads elsewhere and keep a "
+            "reference in the message."
+        )

@@ -3,12 +3,19 @@
 Every check runs here, before a statement is built; a row that someone edited by
 hand into something zett cannot read gives a ``ValueError`` naming the session
 and sequence.
+
+What goes in comes back equal: an encoded message is decoded again before it is
+stored, so a message zett's codec would not read back (a wrong field type, a
+non-string key in ``attributes`` or tool arguments, a mapping that looks like the
+codec's bytes marker) is refused at append instead of turning up as a corrupt row.
+JSON has one array type, so a tuple inside a free-form value comes back as a list.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -34,18 +41,55 @@ _USAGE_FIELDS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+#: The one key of the object zett's codec writes for ``bytes`` (``storage.encode_messages``).
+_BYTES_MARKER = "__kcs_bytes__"
+
+
+def _first_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:500]
+
+
+def _check_keys(value: object, path: str) -> None:
+    """Refuse what JSON would change silently: non-string keys (``{1: x}`` reads back
+    as ``{"1": x}``) and a lone bytes-marker key (it reads back as ``bytes``)."""
+    if isinstance(value, dict):
+        if len(value) == 1 and _BYTES_MARKER in value:
+            raise ValueError(f"{path} uses the key {_BYTES_MARKER!r}, which zett's codec reserves for bytes")
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path} has the non-string key {key!r}; JSON object keys are strings")
+            _check_keys(item, f"{path}[{key!r}]")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_keys(item, f"{path}[{index}]")
 
 
 def encode_message(message: object, field: str = "message") -> tuple[MessageKind, str]:
-    """The message's kind and its JSON envelope from zett's codec."""
+    """The message's kind and its JSON envelope from zett's codec.
+
+    The envelope is decoded again (as :func:`record` will) so that nothing is
+    stored that would not read back.
+
+    Raises:
+        TypeError: ``message`` is not a zett-agent message.
+        ValueError: it cannot be encoded (NaN, infinity, an object JSON cannot hold,
+            a string that is not UTF-8), would not decode (a field of the wrong
+            type), or holds a non-string key. The message names ``field``.
+    """
     kind = _KINDS.get(type(message))
     if kind is None:
         raise TypeError(f"{field} must be a zett-agent message, not {type(message).__name__}")
     try:
+        _check_keys(asdict(message), field)  # type: ignore[call-overload]
         payload = encode_messages([message])  # type: ignore[list-item]
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"{field} cannot be encoded: {error}") from None
-    return kind, validate.text(payload, field)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValueError(f"{field} cannot be encoded: {_first_line(error)}") from None
+    validate.text(payload, field)
+    try:
+        decode_messages(payload)
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{field} would not read back from storage: {_first_line(error)}") from None
+    return kind, payload
 
 
 def context_json(value: Mapping[str, JsonValue] | None, field: str, *, nonempty_keys: bool = False) -> str:
@@ -104,7 +148,9 @@ def raw_row(
         "updated_at": now,
     }
     if row["tool_name"] is not None:
-        row["tool_name"] = validate.text(row["tool_name"], "message.name")[:200]
+        # A convenience copy for SQL readers, like ``content``: the exact name stays
+        # in message_json; the column holds its first 200 characters, NUL replaced.
+        row["tool_name"] = validate.text(row["tool_name"], "message.name")[:200].replace("\x00", "\ufffd")
     for name in _TIMING_FIELDS:
         row[name] = validate.optional_aware(getattr(timing, name), f"timing.{name}")
     for name in _DURATION_FIELDS:
@@ -114,8 +160,11 @@ def raw_row(
     return row
 
 
-def _corrupt(session_id: str, where: str, error: Exception) -> ValueError:
-    return ValueError(f"stored {where} of session {session_id!r} is corrupt: {type(error).__name__}: {error}")
+def _corrupt(session_id: object, where: str, column: str, error: Exception) -> ValueError:
+    return ValueError(
+        f"session {session_id!r}: the stored {where} is corrupt in {column} (edited outside "
+        f"chatledger?): {type(error).__name__}: {_first_line(error)}"
+    )
 
 
 def _context(payload: str, field: str, *, nonempty_keys: bool) -> dict[str, JsonValue]:
@@ -131,24 +180,42 @@ def record(row: Any) -> RawMessageRecord:
     Raises:
         ValueError: the row cannot be decoded; names the session and sequence.
     """
+    column = "message_json"
     try:
         messages = decode_messages(row.message_json)
         if len(messages) != 1 or isinstance(messages[0], CompactedMessage):
             raise ValueError("message_json must hold exactly one raw-log message")
+        column = "role"
+        if row.role != _KINDS[type(messages[0])]:
+            raise ValueError(f"role {row.role} does not match the message kind in message_json")
+        column = "the timing columns"
+        timing = {name: getattr(row, name) for name in (*_TIMING_FIELDS, *_DURATION_FIELDS)}
+        MessageTiming(**timing)  # non-negative durations, spans complete or absent
+        column = "the token columns"
+        usage = {name: getattr(row, name) for name in _USAGE_FIELDS}
+        if any(value is not None for value in usage.values()):
+            if any(value is None for value in usage.values()):
+                raise ValueError("token counts must be all set (assistant usage) or all NULL")
+            ModelUsage(**usage)  # non-negative, cache and reasoning within the totals
+        column = "metadata_json"
+        metadata = _context(row.metadata_json, "metadata", nonempty_keys=False)
+        column = "tags_json"
+        tags = _context(row.tags_json, "tags", nonempty_keys=True)
         return RawMessageRecord(
             id=row.id,
             session_id=row.session_id,
             request_id=row.request_id,
             sequence=row.sequence,
             message=messages[0],
-            metadata=_context(row.metadata_json, "metadata", nonempty_keys=False),
-            tags=_context(row.tags_json, "tags", nonempty_keys=True),
-            **{name: getattr(row, name) for name in (*_TIMING_FIELDS, *_DURATION_FIELDS, *_USAGE_FIELDS)},
+            metadata=metadata,
+            tags=tags,
+            **timing,
+            **usage,
             created_at=row.created_at,
             updated_at=row.updated_at,
         )
-    except (ValueError, TypeError, KeyError, json.JSONDecodeError) as error:
-        raise _corrupt(row.session_id, f"raw message {row.sequence}", error) from error
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
+        raise _corrupt(row.session_id, f"raw message at sequence {row.sequence}", column, error) from error
 
 
 def snapshot_json(message: object) -> str:
@@ -158,9 +225,18 @@ def snapshot_json(message: object) -> str:
     return encode_message(message, "compacted_message")[1]
 
 
-def snapshot(row: Any) -> ContextSnapshot:
-    """A ``session_snapshots`` row as zett's ``ContextSnapshot``; ``ValueError`` if corrupt."""
+def snapshot(row: Any, *, session_id: str | None = None, version: int | None = None) -> ContextSnapshot:
+    """A ``session_snapshots`` row as zett's ``ContextSnapshot``.
+
+    ``session_id`` and ``version`` name the checkpoint the session row points at, for
+    the error message when that snapshot row is missing (all its columns ``None``).
+
+    Raises:
+        ValueError: the row is missing or cannot be decoded; names the session and version.
+    """
     try:
+        if row.message_json is None:
+            raise ValueError("the session's current snapshot row is missing")
         messages = decode_messages(row.message_json)
         if len(messages) != 1 or not isinstance(messages[0], CompactedMessage):
             raise ValueError("snapshot must hold exactly one CompactedMessage")
@@ -173,5 +249,7 @@ def snapshot(row: Any) -> ContextSnapshot:
             created_at=row.created_at,
             updated_at=row.updated_at,
         )
-    except (ValueError, TypeError, KeyError, json.JSONDecodeError) as error:
-        raise _corrupt(row.session_id, f"snapshot version {row.version}", error) from error
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
+        where = f"snapshot version {row.version if version is None else version}"
+        session = row.session_id if session_id is None else session_id
+        raise _corrupt(session, where, "message_json", error) from error

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.extensions.events import MessageTiming
@@ -133,7 +134,9 @@ class LedgerSessionStorage:
             )
             snapshot = None
             if head.snapshot_version:
-                snapshot = codec.snapshot(_SnapshotView(head))
+                snapshot = codec.snapshot(
+                    _SnapshotView(head), session_id=head.id, version=head.snapshot_version
+                )
             return SessionView(
                 parent_session_id=head.parent_session_id,
                 session_type=head.session_type,
@@ -170,7 +173,9 @@ class LedgerSessionStorage:
         Raises:
             ValueError: invalid ids, title, agent name, metadata, tags, timing or
                 usage (usage only belongs to assistant messages); a
-                ``CompactedMessage`` (checkpoints go through :meth:`snapshot`); or a
+                ``CompactedMessage`` (checkpoints go through :meth:`snapshot`); a
+                row larger than the server's statement limit
+                (``ledger.statement_limit``, MySQL's ``max_allowed_packet``); or a
                 parent different from the session's (the parent is immutable).
                 Nothing is written then.
             TypeError: an argument of the wrong type.
@@ -194,6 +199,9 @@ class LedgerSessionStorage:
             tags=tags,
             usage=usage,
             now=now,
+        )
+        await self._check_size(
+            "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
         allocate = self.ledger.rules.allocate_sequence
 
@@ -227,13 +235,15 @@ class LedgerSessionStorage:
         Raises:
             SnapshotConflict: ``expected_version`` is stale (a ``ValueError`` whose
                 message contains "Snapshot conflict", as zett's store says).
-            ValueError: the session has no raw messages, or the boundary does not
-                name an existing sequence past the previous checkpoint.
+            ValueError: the session has no raw messages, the boundary does not
+                name an existing sequence past the previous checkpoint, or the
+                checkpoint is larger than the server's statement limit.
         """
         session_id = validate.identifier(session_id, "session_id")
         message_json = codec.snapshot_json(compacted_message)
         boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = validate.integer(expected_version, "expected_version")
+        await self._check_size("compacted_message", message_json)
         now = _now()
 
         async def work(conn: AsyncConnection) -> ContextSnapshot:
@@ -262,6 +272,11 @@ class LedgerSessionStorage:
             return codec.snapshot(_Row(row))
 
         return await self.ledger.write(work)
+
+    async def _check_size(self, field: str, *texts: str) -> None:
+        """Refuse a row the server would not accept, before anything is written."""
+        await self.ledger.ensure_ready()  # reads the server's limit
+        validate.within_statement_limit(validate.statement_size(*texts), self.ledger.statement_limit, field)
 
     @staticmethod
     async def _explain_refused_snapshot(
@@ -330,7 +345,12 @@ class LedgerSessionStorage:
             exists = await conn.scalar(select(_sessions.c.id).where(_sessions.c.id == values["id"]))
             if exists is not None:
                 raise ValueError(f"Session already exists: {values['id']}")
-            await conn.execute(_sessions.insert(), values)
+            try:
+                await conn.execute(_sessions.insert(), values)
+            except IntegrityError:
+                # A concurrent create (or first append) inserted the id after our check;
+                # the validated row can violate nothing but the primary key.
+                raise ValueError(f"Session already exists: {values['id']}") from None
             return _summary(_Row(values))
 
         return await self.ledger.write(work)
