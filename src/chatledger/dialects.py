@@ -2,7 +2,7 @@
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
-SQLAlchemy's dialect name: the sequence-allocating upsert, the transient error
+SQLAlchemy's dialect name: the append (sequence allocation and insert), the transient error
 codes that are safe to retry, the options of a snapshot-consistent read, the
 rein-session upsert, and the connection set-up of SQLite.
 """
@@ -15,17 +15,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event, func
+from sqlalchemy import event, func, literal, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from .schema import rein_sessions_table, sessions_table
+from .schema import raw_messages_table, rein_sessions_table, sessions_table
 
-#: Allocates the next sequence of a session, creating the session row on its first
-#: append, and returns it; ``None`` when the stored parent differs from the given one.
-Allocator = Callable[[AsyncConnection, dict[str, Any], datetime], Awaitable[int | None]]
+#: Appends one raw message: allocates the next sequence of its session on the counter
+#: row (creating the session on its first append) and inserts the message with it, in
+#: the caller's transaction. Returns the sequence, or ``None`` (nothing written) when
+#: the stored parent differs from the given one. Arguments: the connection, the
+#: session row's values, the message row without ``sequence``, and the time now.
+Appender = Callable[[AsyncConnection, dict[str, Any], dict[str, Any], datetime], Awaitable[int | None]]
 
 #: Saves one rein session row (``id``, ``session_json``, ``created_at``, ``updated_at``)
 #: in one race-free statement and returns its new version: 1 when inserted, the old
@@ -46,38 +49,64 @@ def _new_session_row(values: dict[str, Any], now: datetime) -> dict[str, Any]:
     }
 
 
-async def _allocate_returning(
-    insert: Callable[..., Any], conn: AsyncConnection, values: dict[str, Any], now: datetime
-) -> int | None:
-    """PostgreSQL and SQLite: one upsert on the counter row, RETURNING the new sequence.
+def _counter_upsert(insert: Callable[..., Any], values: dict[str, Any], now: datetime) -> Any:
+    """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE`` on the counter row,
+    ``RETURNING`` the new sequence.
 
-    ``INSERT .. ON CONFLICT (id) DO UPDATE`` takes the row lock, so concurrent
-    appenders to one session queue up behind each other's transaction; the WHERE
-    leaves the row alone (and returns nothing) when the parent does not match.
+    The conflict clause takes the row lock, so concurrent appenders to one session
+    queue behind each other's transaction; its WHERE leaves the row alone (and
+    returns nothing) when the parent does not match.
     """
     table = sessions_table
     statement = insert(table).values(_new_session_row(values, now))
-    statement = statement.on_conflict_do_update(
+    return statement.on_conflict_do_update(
         index_elements=[table.c.id],
         set_={"last_sequence": table.c.last_sequence + 1, "updated_at": statement.excluded.updated_at},
         where=table.c.parent_session_id.is_not_distinct_from(statement.excluded.parent_session_id),
     ).returning(table.c.last_sequence)
-    return (await conn.execute(statement)).scalar_one_or_none()
 
 
-async def _allocate_last_insert_id(
-    conn: AsyncConnection, values: dict[str, Any], now: datetime
+async def _append_postgresql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
-    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``.
+    """PostgreSQL: one statement, a data-modifying CTE. The counter upsert feeds the
+    message INSERT .. SELECT; on a parent mismatch the CTE is empty, so is the insert."""
+    raw = raw_messages_table
+    counter = _counter_upsert(postgresql.insert, values, now).cte("counter")
+    message = select(
+        *(literal(value, raw.c[name].type) for name, value in row.items()), counter.c.last_sequence
+    )
+    statement = raw.insert().from_select([*row, "sequence"], message).returning(raw.c.sequence)
+    sequence: int | None = (await conn.execute(statement)).scalar_one_or_none()
+    return sequence
+
+
+async def _append_sqlite(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """SQLite: the counter upsert, then the insert (SQLite has no DML in a CTE)."""
+    sequence: int | None = (
+        await conn.execute(_counter_upsert(sqlite.insert, values, now))
+    ).scalar_one_or_none()
+    if sequence is not None:
+        await conn.execute(raw_messages_table.insert(), {**row, "sequence": sequence})
+    return sequence
+
+
+async def _append_mysql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``
+    on the counter row, then the insert.
 
     ``LAST_INSERT_ID(expr)`` hands the new counter value back in the OK packet, so
     the allocation costs one round trip. On a parent mismatch the counter is left
     as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real sequence is.
     """
     table = sessions_table
-    row = _new_session_row(values, now)
-    row["last_sequence"] = func.last_insert_id(1)
-    statement = mysql.insert(table).values(row)
+    session = _new_session_row(values, now)
+    session["last_sequence"] = func.last_insert_id(1)
+    statement = mysql.insert(table).values(session)
     parent_matches = table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
     statement = statement.on_duplicate_key_update(
         last_sequence=func.if_(
@@ -88,7 +117,10 @@ async def _allocate_last_insert_id(
         updated_at=statement.inserted.updated_at,
     )
     sequence = (await conn.execute(statement)).lastrowid
-    return int(sequence) if sequence else None
+    if not sequence:
+        return None
+    await conn.execute(raw_messages_table.insert(), {**row, "sequence": sequence})
+    return int(sequence)
 
 
 async def _save_rein_returning(
@@ -129,7 +161,7 @@ async def _save_rein_sqlite(
 
 async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
     """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``,
-    as :func:`_allocate_last_insert_id` does: the new version comes back in the OK
+    as :func:`_append_mysql` does: the new version comes back in the OK
     packet, and 0 (no real version) reports a row left alone."""
     table = rein_sessions_table
     statement = mysql.insert(table).values({**values, "version": func.last_insert_id(1)})
@@ -149,8 +181,8 @@ async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_i
 class DialectRules:
     """What one backend needs done its own way."""
 
-    #: The sequence-allocating upsert on the counter row.
-    allocate_sequence: Allocator
+    #: The append: sequence allocation on the counter row and the message insert.
+    append_message: Appender
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver
     #: Driver error codes of failures that roll the whole transaction back and are
@@ -161,6 +193,8 @@ class DialectRules:
     #: connection slot left. Not retried (a dropped commit may have been applied);
     #: reported as ``StorageUnavailable``.
     unavailable_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a statement or value larger than the server accepts.
+    too_large_codes: frozenset[str | int] = frozenset()
     #: Execution options of a snapshot-consistent read transaction.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Largest statement the server takes, in bytes, when no query says otherwise:
@@ -170,17 +204,9 @@ class DialectRules:
     statement_limit_query: str | None = None
 
 
-async def _allocate_postgresql(conn: AsyncConnection, values: dict[str, Any], now: datetime) -> int | None:
-    return await _allocate_returning(postgresql.insert, conn, values, now)
-
-
-async def _allocate_sqlite(conn: AsyncConnection, values: dict[str, Any], now: datetime) -> int | None:
-    return await _allocate_returning(sqlite.insert, conn, values, now)
-
-
 RULES: dict[str, DialectRules] = {
     "postgresql": DialectRules(
-        allocate_sequence=_allocate_postgresql,
+        append_message=_append_postgresql,
         save_rein_session=_save_rein_postgresql,
         # serialization_failure, deadlock_detected
         transient_codes=frozenset({"40001", "40P01"}),
@@ -190,9 +216,11 @@ RULES: dict[str, DialectRules] = {
             {"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"}
         ),
         snapshot_read={"isolation_level": "REPEATABLE READ"},
+        # program_limit_exceeded
+        too_large_codes=frozenset({"54000"}),
     ),
     "mysql": DialectRules(
-        allocate_sequence=_allocate_last_insert_id,
+        append_message=_append_mysql,
         save_rein_session=_save_rein_mysql,
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
         transient_codes=frozenset({1213, 1205}),
@@ -202,14 +230,18 @@ RULES: dict[str, DialectRules] = {
         unavailable_codes=frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
         statement_limit_query="SELECT @@max_allowed_packet",
+        # ER_NET_PACKET_TOO_LARGE
+        too_large_codes=frozenset({1153}),
     ),
     "sqlite": DialectRules(
-        allocate_sequence=_allocate_sqlite,
+        append_message=_append_sqlite,
         save_rein_session=_save_rein_sqlite,
         # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
+        # SQLITE_TOOBIG
+        too_large_codes=frozenset({18}),
     ),
 }
 
@@ -261,6 +293,11 @@ def is_unavailable(dialect_name: str, error: DBAPIError) -> bool:
     """Whether the error says the server cannot serve now (down, restarting, out of
     connection slots, or the connection dropped), as opposed to the statement failing."""
     return error_code(error) in rules(dialect_name).unavailable_codes
+
+
+def is_too_large(dialect_name: str, error: DBAPIError) -> bool:
+    """Whether the server refused a statement or value for its size."""
+    return error_code(error) in rules(dialect_name).too_large_codes
 
 
 def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> None:

@@ -135,6 +135,11 @@ class Ledger:
                     async with conn.begin():
                         return await work(conn)
             except DBAPIError as error:
+                if dialects.is_too_large(self.dialect, error):
+                    raise ValueError(
+                        f"the database refused the statement as too large (statement_limit "
+                        f"{self.statement_limit} bytes); nothing was written: {error.orig}"
+                    ) from error
                 if not dialects.is_transient(self.dialect, error):
                     if _is_disconnect(error) or dialects.is_unavailable(self.dialect, error):
                         raise StorageUnavailable(

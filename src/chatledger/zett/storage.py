@@ -203,16 +203,15 @@ class LedgerSessionStorage:
         await self._check_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
-        allocate = self.ledger.rules.allocate_sequence
+        append_message = self.ledger.rules.append_message
 
         async def work(conn: AsyncConnection) -> int:
-            sequence = await allocate(conn, session_values, now)
+            sequence = await append_message(conn, session_values, row, now)
             if sequence is None:
                 raise ValueError(
                     f"session {session_values['id']!r} has another parent_session_id; "
                     "the parent cannot change after creation"
                 )
-            await conn.execute(_raw.insert(), {**row, "sequence": sequence})
             return sequence
 
         return await self.ledger.write(work)
