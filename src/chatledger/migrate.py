@@ -36,17 +36,15 @@ def script_location() -> Path:
     raise RuntimeError("chatledger's migrations are missing from this installation")
 
 
-def alembic_config(url: URL | None = None, connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic ``Config`` for the shipped revisions.
 
     With ``connection``, ``env.py`` runs the migrations on that (synchronous facade
-    of an async) connection, inside the caller's transaction; with ``url``, it opens
-    its own async engine.
+    of an async) connection, inside the caller's transaction; without, it opens the
+    database named by ``-x dsn=...``, ``CHATLEDGER_DSN`` or the embedded default.
     """
     config = Config()
     config.set_main_option("script_location", str(script_location()))
-    if url is not None:
-        config.attributes["url"] = url
     if connection is not None:
         config.attributes["connection"] = connection
     return config
@@ -85,7 +83,7 @@ def behind_message(url: URL, current: str | None) -> str:
     )
 
 
-async def _on_connection(url: URL, work: Callable[[Connection], T]) -> T:
+async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
     """Run ``work`` on a fresh async connection to ``url``, in one committed transaction."""
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
@@ -110,7 +108,7 @@ async def upgrade_database(dsn: str | URL | None = None, revision: str = "head")
         upgrade(connection, revision)
         return current_revision(connection)
 
-    return await _on_connection(url, work)
+    return await run_on_connection(url, work)
 
 
 async def downgrade_database(dsn: str | URL | None, revision: str) -> str | None:
@@ -121,9 +119,9 @@ async def downgrade_database(dsn: str | URL | None, revision: str) -> str | None
         downgrade(connection, revision)
         return current_revision(connection)
 
-    return await _on_connection(url, work)
+    return await run_on_connection(url, work)
 
 
 async def database_revision(dsn: str | URL | None = None) -> str | None:
     """The revision of the database a DSN names; ``None`` when it has none."""
-    return await _on_connection(resolve_dsn(dsn), current_revision)
+    return await run_on_connection(resolve_dsn(dsn), current_revision)
