@@ -181,6 +181,21 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
     return 0 if clean else 1
 
 
+# -- bench --------------------------------------------------------------------------
+
+
+def _configure_bench(parser: argparse.ArgumentParser) -> None:
+    from .bench import configure
+
+    configure(parser)
+
+
+async def _bench(args: argparse.Namespace, console: Console) -> int:
+    from .bench import run_command
+
+    return await run_command(args, console)
+
+
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -200,6 +215,12 @@ COMMANDS: tuple[Command, ...] = (
         "(exit 1 unless all are clean)",
         _configure_stress,
         _stress,
+    ),
+    Command(
+        "bench",
+        "benchmark chatledger against zett-agent's SQL store and a bare INSERT (needs the dev extra)",
+        _configure_bench,
+        _bench,
     ),
 )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event, func, literal, select
+from sqlalchemy import bindparam, event, func, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -37,19 +37,40 @@ Appender = Callable[[AsyncConnection, dict[str, Any], dict[str, Any], datetime],
 ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | None]]
 
 
-def _new_session_row(values: dict[str, Any], now: datetime) -> dict[str, Any]:
-    return {
-        **values,
-        "last_sequence": 1,
-        "snapshot_version": 0,
-        "compacted_through_sequence": 0,
-        "fields_version": 1,
-        "created_at": now,
-        "updated_at": now,
+#: The counter row's columns an append binds (``s_<name>`` parameters); the rest start
+#: at constants: the first append is sequence 1, no checkpoint, fields version 1.
+_SESSION_BINDS = (
+    "id",
+    "parent_session_id",
+    "title",
+    "agent_name",
+    "session_type",
+    "created_at",
+    "updated_at",
+)
+_SESSION_START = {
+    "last_sequence": 1,
+    "snapshot_version": 0,
+    "compacted_through_sequence": 0,
+    "fields_version": 1,
+}
+#: The message row's columns but ``sequence`` (``m_<name>`` parameters).
+_MESSAGE_COLUMNS = tuple(column.name for column in raw_messages_table.c if column.name != "sequence")
+
+
+def _session_row(insert: Callable[..., Any], last_sequence: Any = None) -> Any:
+    """``INSERT INTO agent_sessions`` of a new counter row, its values bound as ``s_<name>``."""
+    table = sessions_table
+    values: dict[str, Any] = {
+        name: bindparam(f"s_{name}", type_=table.c[name].type) for name in _SESSION_BINDS
     }
+    values.update(_SESSION_START)
+    if last_sequence is not None:
+        values["last_sequence"] = last_sequence
+    return insert(table).values(values)
 
 
-def _counter_upsert(insert: Callable[..., Any], values: dict[str, Any], now: datetime) -> Any:
+def _counter_upsert(insert: Callable[..., Any]) -> Any:
     """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE`` on the counter row,
     ``RETURNING`` the new sequence.
 
@@ -58,7 +79,7 @@ def _counter_upsert(insert: Callable[..., Any], values: dict[str, Any], now: dat
     returns nothing) when the parent does not match.
     """
     table = sessions_table
-    statement = insert(table).values(_new_session_row(values, now))
+    statement = _session_row(insert)
     return statement.on_conflict_do_update(
         index_elements=[table.c.id],
         set_={"last_sequence": table.c.last_sequence + 1, "updated_at": statement.excluded.updated_at},
@@ -66,18 +87,59 @@ def _counter_upsert(insert: Callable[..., Any], values: dict[str, Any], now: dat
     ).returning(table.c.last_sequence)
 
 
+def _append_params(values: dict[str, Any], row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    params = {f"s_{name}": values.get(name) for name in _SESSION_BINDS}
+    params["s_created_at"] = params["s_updated_at"] = now
+    params.update((f"m_{name}", row[name]) for name in _MESSAGE_COLUMNS)
+    return params
+
+
+# Built once: SQLAlchemy then reuses their cache keys and compiled forms on every append.
+_POSTGRESQL_APPEND = (
+    raw_messages_table.insert()
+    .from_select(
+        [*_MESSAGE_COLUMNS, "sequence"],
+        select(
+            *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in _MESSAGE_COLUMNS),
+            (counter := _counter_upsert(postgresql.insert).cte("counter")).c.last_sequence,
+        ),
+    )
+    .returning(raw_messages_table.c.sequence)
+)
+_SQLITE_COUNTER = _counter_upsert(sqlite.insert)
+
+
+def _mysql_counter() -> Any:
+    """MySQL: ``INSERT .. ON DUPLICATE KEY UPDATE`` on the counter row, the new sequence
+    handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch)."""
+    table = sessions_table
+    statement = _session_row(mysql.insert, last_sequence=func.last_insert_id(1))
+    return statement.on_duplicate_key_update(
+        last_sequence=func.if_(
+            table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id),
+            func.last_insert_id(table.c.last_sequence + 1),
+            table.c.last_sequence + func.last_insert_id(0),
+        ),
+        updated_at=statement.inserted.updated_at,
+    )
+
+
+_MYSQL_COUNTER = _mysql_counter()
+_MESSAGE_INSERT = raw_messages_table.insert().values(
+    {
+        name: bindparam(name if name == "sequence" else f"m_{name}", type_=column.type)
+        for name, column in raw_messages_table.c.items()
+    }
+)
+
+
 async def _append_postgresql(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
     """PostgreSQL: one statement, a data-modifying CTE. The counter upsert feeds the
     message INSERT .. SELECT; on a parent mismatch the CTE is empty, so is the insert."""
-    raw = raw_messages_table
-    counter = _counter_upsert(postgresql.insert, values, now).cte("counter")
-    message = select(
-        *(literal(value, raw.c[name].type) for name, value in row.items()), counter.c.last_sequence
-    )
-    statement = raw.insert().from_select([*row, "sequence"], message).returning(raw.c.sequence)
-    sequence: int | None = (await conn.execute(statement)).scalar_one_or_none()
+    result = await conn.execute(_POSTGRESQL_APPEND, _append_params(values, row, now))
+    sequence: int | None = result.scalar_one_or_none()
     return sequence
 
 
@@ -85,11 +147,10 @@ async def _append_sqlite(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
     """SQLite: the counter upsert, then the insert (SQLite has no DML in a CTE)."""
-    sequence: int | None = (
-        await conn.execute(_counter_upsert(sqlite.insert, values, now))
-    ).scalar_one_or_none()
+    params = _append_params(values, row, now)
+    sequence: int | None = (await conn.execute(_SQLITE_COUNTER, params)).scalar_one_or_none()
     if sequence is not None:
-        await conn.execute(raw_messages_table.insert(), {**row, "sequence": sequence})
+        await conn.execute(_MESSAGE_INSERT, {**params, "sequence": sequence})
     return sequence
 
 
@@ -103,23 +164,11 @@ async def _append_mysql(
     the allocation costs one round trip. On a parent mismatch the counter is left
     as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real sequence is.
     """
-    table = sessions_table
-    session = _new_session_row(values, now)
-    session["last_sequence"] = func.last_insert_id(1)
-    statement = mysql.insert(table).values(session)
-    parent_matches = table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
-    statement = statement.on_duplicate_key_update(
-        last_sequence=func.if_(
-            parent_matches,
-            func.last_insert_id(table.c.last_sequence + 1),
-            table.c.last_sequence + func.last_insert_id(0),
-        ),
-        updated_at=statement.inserted.updated_at,
-    )
-    sequence = (await conn.execute(statement)).lastrowid
+    params = _append_params(values, row, now)
+    sequence = (await conn.execute(_MYSQL_COUNTER, params)).lastrowid
     if not sequence:
         return None
-    await conn.execute(raw_messages_table.insert(), {**row, "sequence": sequence})
+    await conn.execute(_MESSAGE_INSERT, {**params, "sequence": sequence})
     return int(sequence)
 
 

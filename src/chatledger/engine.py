@@ -47,7 +47,8 @@ class Ledger:
         engine_options: dict[str, Any] = {
             "echo": self.options.echo,
             "connect_args": dict(self.options.connect_args),
-            "pool_pre_ping": True,
+            # A server may drop pooled connections (restarts, idle timeouts); a file cannot.
+            "pool_pre_ping": self.url.get_backend_name() != "sqlite",
         }
         if self.options.pgbouncer:
             if self.url.get_backend_name() != "postgresql":

@@ -127,9 +127,17 @@ class LedgerSessionStorage:
             ).one_or_none()
             if head is None:
                 return SessionView(session_type=DEFAULT_SESSION_TYPE)
+            # Both bounds of the tail: the upper one (the counter, read in this same
+            # snapshot) lets the planner see the range is the tail's size; with only
+            # ``sequence > boundary``, PostgreSQL estimates it from the whole table's
+            # sequences and may scan and sort thousands of rows for a 50-message tail.
             tail = await conn.execute(
                 select(_raw)
-                .where(_raw.c.session_id == session_id, _raw.c.sequence > head.compacted_through_sequence)
+                .where(
+                    _raw.c.session_id == session_id,
+                    _raw.c.sequence > head.compacted_through_sequence,
+                    _raw.c.sequence <= head.last_sequence,
+                )
                 .order_by(_raw.c.sequence)
             )
             snapshot = None

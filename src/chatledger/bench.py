@@ -1,0 +1,1257 @@
+"""The benchmark: chatledger against zett-agent's own SQL store and against the floor.
+
+From the chatledger benchmark issue: per backend, in one run on one machine and the
+same database servers, with rounds interleaved (each round runs every contender once,
+in a shuffled order) so that machine drift hits every contender alike, it measures
+
+* **append** latency and throughput into one session: chatledger's
+  ``LedgerSessionStorage.append``; zett-agent's own ``SQLSessionStorage.append``; and
+  the floor, a bare one-row ``INSERT`` of the same raw-message row committed per
+  call, through SQLAlchemy Core on chatledger's async driver and engine settings;
+* **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
+  messages, against a 50-message session (no checkpoint);
+* **list_sessions**, the first page of 20, over 10k and 100k sessions;
+* **appends from 8 processes**, to one shared session and to 8 sessions (one per
+  process), with each store's error count and a read-back check (gaps, duplicates,
+  acknowledged messages lost).
+
+Each backend gets its own fresh databases, dropped at the end (SQLite: files in a
+temporary directory, removed at the end): one migrated for chatledger, one where
+zett-agent creates its own tables, one holding the floor's table. The large sessions
+are seeded in bulk with SQLAlchemy Core ``executemany`` straight into each store's
+tables, with message JSON from zett's own codec and consistent counters, then
+``ANALYZE``\\ d; only the reads are timed.
+
+Times are medians. The targets are ratios, so they hold on any machine:
+
+======================  =================================================  =========
+target                  ratio                                              bound
+======================  =================================================  =========
+``append_vs_floor``     chatledger append throughput / the floor's         >= 0.7
+``append_vs_zett``      chatledger append throughput / zett's              >= 2
+``load_o_tail``         chatledger load, 100k-message session / 50-message  <= 2
+``list_o_page``         zett list_sessions time / chatledger's, 100k        >= 100
+======================  =================================================  =========
+
+Run it as ``python bench/bench.py --dsn DSN [--dsn DSN ...] [--quick] [--json FILE]``
+with admin DSNs (a user that may create databases), for example
+``postgresql://postgres@127.0.0.1/postgres``, ``mysql://root@127.0.0.1/mysql`` or
+``sqlite:///some/dir/``. zett-agent and, on PostgreSQL, psycopg (zett's asyncpg path
+fails) must be installed: ``pip install 'chatledger[dev]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import multiprocessing
+import os
+import platform
+import queue
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from sqlalchemy import MetaData, Table, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from .dsn import display, resolve_dsn
+from .engine import Ledger
+from .migrate import upgrade_database
+from .schema import raw_messages_table, sessions_table, snapshots_table
+
+#: The contenders of the append measurement, in table order.
+CONTENDERS = ("chatledger", "zett", "floor")
+#: The stores compared on load, list_sessions and concurrent appends.
+STORES = ("chatledger", "zett")
+#: Rows per ``executemany`` while seeding.
+SEED_CHUNK = 2_000
+#: Seconds a worker process waits for the others to be ready before it gives up.
+BARRIER_TIMEOUT = 300.0
+#: Seconds the parent waits for all worker processes of one concurrent run.
+PROCESS_TIMEOUT = 900.0
+#: Seconds of back-to-back repeats of a fast call within one round (see ``measure_calls``).
+REPEAT_BUDGET = 0.05
+MAX_REPEATS = 20
+#: Placeholder in the seeded messages' JSON, replaced by a number per row.
+_MARK = "@@N@@"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does; the defaults are the issue's sizes.
+
+    Attributes:
+        append_rounds: interleaved rounds of the append measurement.
+        append_batch: appends per contender per round (each one timed).
+        warmup: untimed appends per contender before the first round.
+        tail: raw messages after the checkpoint in the large sessions, and the size
+            of the small session.
+        load_messages: raw-message counts of the large sessions, ascending.
+        load_rounds: interleaved rounds of the load measurement (one load each).
+        list_sessions: session counts at which list_sessions is timed, ascending.
+        list_rounds: interleaved rounds of each list_sessions measurement.
+        page: list_sessions page size.
+        processes: worker processes of the concurrent appends.
+        process_appends: appends per worker process in each concurrent run.
+    """
+
+    append_rounds: int = 9
+    append_batch: int = 100
+    warmup: int = 20
+    tail: int = 50
+    load_messages: tuple[int, ...] = (10_000, 100_000)
+    load_rounds: int = 25
+    list_sessions: tuple[int, ...] = (10_000, 100_000)
+    list_rounds: int = 5
+    page: int = 20
+    processes: int = 8
+    process_appends: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("append_rounds", "append_batch", "tail", "load_rounds", "list_rounds", "page"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("warmup", "processes", "process_appends"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not self.load_messages or min(self.load_messages) <= self.tail:
+            raise ValueError("load_messages must be non-empty and larger than tail")
+        if not self.list_sessions or min(self.list_sessions) < self.page:
+            raise ValueError("list_sessions must be non-empty and at least page")
+
+
+#: ``--quick``: a smoke run of every measurement in well under a minute per backend.
+QUICK = Sizes(
+    append_rounds=3,
+    append_batch=30,
+    warmup=5,
+    load_messages=(1_000, 10_000),
+    load_rounds=8,
+    list_sessions=(1_000, 10_000),
+    list_rounds=3,
+    process_appends=20,
+)
+
+
+# -- results ------------------------------------------------------------------------
+
+
+@dataclass
+class AppendStats:
+    """One contender's appends: per-append latency and per-round throughput."""
+
+    median_ms: float
+    p95_ms: float
+    #: Median over rounds of (appends in the round / its seconds).
+    per_second: float
+    round_per_second: list[float]
+
+
+@dataclass
+class TimingStats:
+    """Repeated timings of one call, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    samples: int
+
+
+@dataclass
+class ConcurrentStats:
+    """One concurrent run: ``processes`` workers appending ``appends`` each."""
+
+    processes: int
+    sessions: int
+    attempted: int
+    acknowledged: int
+    errors: int
+    #: Transient failures retried inside the store (chatledger only; ``None`` for zett).
+    retries: int | None
+    gaps: int
+    duplicates: int
+    lost: int
+    seconds: float
+    per_second: float
+    #: Errors by kind (the message without SQL, ids and numbers) -> how many.
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    """One target of the issue: ``value op bound``."""
+
+    name: str
+    description: str
+    value: float
+    op: str
+    bound: float
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.bound if self.op == ">=" else self.value <= self.bound
+
+
+@dataclass
+class BackendReport:
+    """Every number measured on one backend."""
+
+    backend: str
+    server: str
+    server_version: str
+    append: dict[str, AppendStats] = field(default_factory=dict)
+    #: store -> raw messages in the session (as text) -> load timings.
+    load: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
+    #: store -> sessions in the database (as text) -> list_sessions timings.
+    list_sessions: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
+    #: store -> "one session" / "own sessions" -> the run.
+    concurrent: dict[str, dict[str, ConcurrentStats]] = field(default_factory=dict)
+    targets: list[Verdict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class BenchReport:
+    """A whole run: the machine, the sizes, one report per backend."""
+
+    machine: dict[str, Any]
+    sizes: Sizes
+    backends: list[BackendReport]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchReport:
+        """The report :meth:`to_json` wrote (to re-render a saved run as Markdown)."""
+        reports = []
+        for backend in data["backends"]:
+            reports.append(
+                BackendReport(
+                    backend=backend["backend"],
+                    server=backend["server"],
+                    server_version=backend["server_version"],
+                    append={name: AppendStats(**stats) for name, stats in backend["append"].items()},
+                    load={k: {n: TimingStats(**t) for n, t in v.items()} for k, v in backend["load"].items()},
+                    list_sessions={
+                        k: {n: TimingStats(**t) for n, t in v.items()}
+                        for k, v in backend["list_sessions"].items()
+                    },
+                    concurrent={
+                        k: {mode: ConcurrentStats(**run) for mode, run in v.items()}
+                        for k, v in backend["concurrent"].items()
+                    },
+                    targets=[
+                        Verdict(**{key: value for key, value in target.items() if key != "met"})
+                        for target in backend["targets"]
+                    ],
+                    seconds=backend["seconds"],
+                )
+            )
+        sizes: dict[str, Any] = {key: value for key, value in data["sizes"].items()}
+        sizes.update(load_messages=tuple(sizes["load_messages"]), list_sessions=tuple(sizes["list_sessions"]))
+        return cls(data["machine"], Sizes(**sizes), reports)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data; each target carries its ``met`` flag."""
+        data = asdict(self)
+        for backend, report in zip(data["backends"], self.backends, strict=True):
+            for target, verdict in zip(backend["targets"], report.targets, strict=True):
+                target["met"] = verdict.met
+        return data
+
+
+# -- per-backend set-up ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Backend:
+    """What the benchmark does its own way per backend (database life cycle, zett's
+    driver, statistics); the stores' own dialect rules stay in :mod:`chatledger.dialects`."""
+
+    #: zett-agent's driver: psycopg on PostgreSQL, as zett's asyncpg path fails.
+    zett_driver: str
+    #: ``CREATE DATABASE`` / ``DROP DATABASE`` templates; ``None`` for SQLite files.
+    create: str | None
+    drop: str | None
+    #: Refreshes the planner statistics of the store tables.
+    analyze: str
+    version: str
+
+
+_BACKENDS = {
+    "postgresql": _Backend(
+        "postgresql+psycopg",
+        "CREATE DATABASE {name}",
+        "DROP DATABASE IF EXISTS {name} WITH (FORCE)",
+        "ANALYZE",
+        "SELECT version()",
+    ),
+    "mysql": _Backend(
+        "mysql+aiomysql",
+        "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        "DROP DATABASE IF EXISTS {name}",
+        "ANALYZE TABLE agent_sessions, raw_messages, session_snapshots",
+        "SELECT CONCAT('MySQL-compatible ', version())",
+    ),
+    "sqlite": _Backend("sqlite+aiosqlite", None, None, "ANALYZE", "SELECT 'SQLite ' || sqlite_version()"),
+}
+
+
+@dataclass(frozen=True)
+class Databases:
+    """The three fresh databases of one backend."""
+
+    #: chatledger's, migrated (chatledger's async driver).
+    ledger: URL
+    #: zett-agent's own store's (zett's driver); zett creates its tables.
+    zett: URL
+    #: The floor's table (chatledger's async driver).
+    floor: URL
+
+
+async def _admin(url: URL, sql: str) -> None:
+    engine = create_async_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(sql))
+    finally:
+        await engine.dispose()
+
+
+def _sqlite_root(admin: URL) -> Path:
+    """A new temporary directory inside the one a SQLite admin URL names."""
+    parent = Path(admin.database).expanduser() if admin.database not in (None, "", ":memory:") else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="chatledger-bench-", dir=parent))
+
+
+@contextlib.asynccontextmanager
+async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
+    """Create the benchmark's databases on the server ``admin`` names, yield them,
+    and drop them afterwards.
+
+    ``admin`` is an async URL (see :func:`chatledger.dsn.resolve_dsn`). For SQLite its
+    path is a directory (``None`` or empty: the system's temporary directory) where
+    a temporary directory of files is made and removed afterwards.
+    """
+    backend = admin.get_backend_name()
+    rules = _BACKENDS[backend]
+    if rules.create is None or rules.drop is None:
+        root = _sqlite_root(admin)
+        try:
+            yield Databases(
+                ledger=admin.set(database=str(root / "chatledger.sqlite3")),
+                zett=admin.set(drivername=rules.zett_driver, database=str(root / "zett.sqlite3")),
+                floor=admin.set(database=str(root / "floor.sqlite3")),
+            )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
+    run = uuid.uuid4().hex[:10]
+    names = {role: f"chatledger_bench_{run}_{role}" for role in ("ledger", "zett", "floor")}
+    created: list[str] = []
+    try:
+        for name in names.values():
+            await _admin(admin, rules.create.format(name=name))
+            created.append(name)
+        yield Databases(
+            ledger=admin.set(database=names["ledger"]),
+            zett=admin.set(drivername=rules.zett_driver, database=names["zett"]),
+            floor=admin.set(database=names["floor"]),
+        )
+    finally:
+        for name in created:
+            await _admin(admin, rules.drop.format(name=name))
+
+
+# -- the stores -----------------------------------------------------------------------
+
+
+class Store(Protocol):
+    """What the benchmark calls on chatledger's storage and on zett's (same names)."""
+
+    async def append(self, session_id: str, request_id: str, message: Any) -> int: ...
+    async def load(self, session_id: str) -> Any: ...
+    async def list_sessions(self, *, limit: int = 100) -> list[Any]: ...
+    async def list_raw_messages(self, session_id: str, *, limit: int = 10_000) -> list[Any]: ...
+    async def count_messages(self, session_id: str) -> int: ...
+    async def close(self) -> None: ...
+
+
+def open_store(kind: str, url: URL | str) -> Store:
+    """chatledger's ``LedgerSessionStorage`` or zett-agent's ``SQLSessionStorage`` on ``url``."""
+    if kind == "chatledger":
+        from .zett import LedgerSessionStorage
+
+        return LedgerSessionStorage(url)
+    if kind == "zett":
+        from zett_agent.storage import SQLSessionStorage
+
+        return cast(Store, SQLSessionStorage(url))
+    raise ValueError(f"store must be chatledger or zett, not {kind!r}")
+
+
+def _store_engine(store: Store) -> AsyncEngine:
+    """The store's own engine, for seeding and statistics."""
+    ledger = getattr(store, "ledger", None)
+    engine = ledger.engine if isinstance(ledger, Ledger) else getattr(store, "engine", None)
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(f"{type(store).__name__} has no AsyncEngine")
+    return engine
+
+
+def _user_message(content: str) -> Any:
+    from zett_agent.messages import UserMessage
+
+    return UserMessage(content=content)
+
+
+class Floor:
+    """The floor: one ``raw_messages`` row (chatledger's columns and unique index) per
+    call, encoded by zett's codec, in its own committed transaction through
+    SQLAlchemy Core, on chatledger's driver and engine settings (pool, pre-ping,
+    SQLite pragmas). No counter row, no validation, no retry: the least any store
+    must do to persist a message."""
+
+    def __init__(self, url: URL) -> None:
+        from zett_agent.ids import new_uuid7
+        from zett_agent.storage import MessageKind, encode_messages
+
+        self._ledger = Ledger(url)
+        self._table = raw_messages_table.to_metadata(MetaData())
+        self._sequence = 0
+        self._encode = encode_messages
+        self._new_id = new_uuid7
+        self._role = int(MessageKind.USER)
+
+    async def create_table(self) -> None:
+        async with self._ledger.engine.begin() as conn:
+            await conn.run_sync(self._table.metadata.create_all)
+
+    async def append(self, session_id: str, request_id: str, message: Any) -> int:
+        self._sequence += 1
+        now = datetime.now(UTC)
+        row = {
+            "id": self._new_id(),
+            "session_id": session_id,
+            "request_id": request_id,
+            "sequence": self._sequence,
+            "role": self._role,
+            "content": message.content,
+            "message_json": self._encode([message]),
+            "metadata_json": "{}",
+            "tags_json": "{}",
+            "started_at": now,
+            "completed_at": now,
+            "duration_ns": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        async with self._ledger.engine.begin() as conn:
+            await conn.execute(self._table.insert(), row)
+        return self._sequence
+
+    async def close(self) -> None:
+        await self._ledger.close()
+
+
+# -- seeding --------------------------------------------------------------------------
+
+
+def _chunks(rows: Iterable[dict[str, Any]], size: int = SEED_CHUNK) -> Iterator[list[dict[str, Any]]]:
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One store's tables and timestamp convention, for seeding it directly."""
+
+    sessions: Table
+    raw: Table
+    snapshots: Table
+    #: chatledger stores aware UTC instants; zett's columns are naive UTC.
+    aware: bool
+    #: chatledger's counter-row columns (``None``: zett has none).
+    counters: bool
+
+
+def _layout(kind: str) -> _Layout:
+    if kind == "chatledger":
+        return _Layout(sessions_table, raw_messages_table, snapshots_table, aware=True, counters=True)
+    # zett-agent's ORM tables (its private module; pinned by chatledger's zett extra).
+    from zett_agent._sql_storage import AgentSessionModel, ContextSnapshotModel, RawLogMessageModel
+
+    return _Layout(
+        cast(Table, AgentSessionModel.__table__),
+        cast(Table, RawLogMessageModel.__table__),
+        cast(Table, ContextSnapshotModel.__table__),
+        aware=False,
+        counters=False,
+    )
+
+
+class Seeder:
+    """Bulk rows straight into one store's tables: valid zett message JSON, consistent
+    counters, distinct activity times; far faster than appending one by one."""
+
+    def __init__(self, kind: str, engine: AsyncEngine, base: datetime) -> None:
+        from zett_agent.extensions.compaction import CompactedMessage
+        from zett_agent.storage import MessageKind, encode_messages
+
+        self.engine = engine
+        self.layout = _layout(kind)
+        self.base = base
+        self._template = encode_messages([_user_message(f"seeded message {_MARK}")])
+        self._summary = encode_messages([CompactedMessage(content="summary of the seeded messages")])
+        self._role = int(MessageKind.USER)
+
+    def _at(self, offset_ms: int) -> datetime:
+        instant = self.base + timedelta(milliseconds=offset_ms)
+        return instant if self.layout.aware else instant.replace(tzinfo=None)
+
+    def _session_row(self, session_id: str, at: datetime, messages: int, boundary: int) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "id": session_id,
+            "parent_session_id": None,
+            "session_type": 0,
+            "title": None,
+            "agent_name": None,
+            "created_at": at,
+            "updated_at": at,
+        }
+        if self.layout.counters:
+            row.update(
+                last_sequence=messages,
+                snapshot_version=1 if boundary else 0,
+                compacted_through_sequence=boundary,
+                fields_version=1,
+            )
+        return row
+
+    def _raw_rows(self, session_id: str, first: int, count: int, at: datetime) -> Iterator[dict[str, Any]]:
+        from zett_agent.ids import new_uuid7
+
+        for sequence in range(first, first + count):
+            yield {
+                "id": new_uuid7(),
+                "session_id": session_id,
+                "request_id": "seed",
+                "sequence": sequence,
+                "role": self._role,
+                "content": f"seeded message {sequence}",
+                "tool_name": None,
+                "message_json": self._template.replace(_MARK, str(sequence)),
+                "metadata_json": "{}",
+                "tags_json": "{}",
+                "started_at": at,
+                "completed_at": at,
+                "duration_ns": 0,
+                "created_at": at,
+                "updated_at": at,
+            }
+
+    async def _insert(self, table: Table, rows: Iterable[dict[str, Any]]) -> None:
+        async with self.engine.begin() as conn:
+            for chunk in _chunks(rows):
+                await conn.execute(table.insert(), chunk)
+
+    async def session(self, session_id: str, messages: int, boundary: int, offset_ms: int) -> None:
+        """One session of ``messages`` raw messages with, when ``boundary`` > 0, a
+        version-1 checkpoint through ``boundary``."""
+        at = self._at(offset_ms)
+        await self._insert(self.layout.sessions, [self._session_row(session_id, at, messages, boundary)])
+        await self._insert(self.layout.raw, self._raw_rows(session_id, 1, messages, at))
+        if boundary:
+            from zett_agent.ids import new_uuid7
+
+            snapshot = {
+                "id": new_uuid7(),
+                "session_id": session_id,
+                "version": 1,
+                "compacted_through_sequence": boundary,
+                "message_json": self._summary,
+                "created_at": at,
+                "updated_at": at,
+            }
+            await self._insert(self.layout.snapshots, [snapshot])
+
+    async def many_sessions(self, first: int, stop: int, prefix: str = "list") -> None:
+        """Sessions ``first..stop-1`` of one raw message each, activity 1 ms apart."""
+        ids = [(f"{prefix}-{index:07d}", self._at(index)) for index in range(first, stop)]
+        await self._insert(self.layout.sessions, (self._session_row(sid, at, 1, 0) for sid, at in ids))
+        await self._insert(self.layout.raw, (row for sid, at in ids for row in self._raw_rows(sid, 1, 1, at)))
+
+    async def analyze(self, statement: str) -> None:
+        async with self.engine.begin() as conn:
+            await conn.execute(text(statement))
+
+
+# -- timing ---------------------------------------------------------------------------
+
+
+def _stats(samples_s: Sequence[float]) -> TimingStats:
+    return TimingStats(
+        median_ms=statistics.median(samples_s) * 1000, min_ms=min(samples_s) * 1000, samples=len(samples_s)
+    )
+
+
+def _p95(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+Appender = Callable[[str, str, Any], Awaitable[int]]
+
+
+async def measure_appends(
+    contenders: dict[str, Appender], sizes: Sizes, rng: random.Random
+) -> dict[str, AppendStats]:
+    """Interleaved rounds of ``sizes.append_batch`` timed appends per contender, each
+    into its one session; a contender's order within a round is shuffled."""
+    sessions = {name: f"append-{name}-{uuid.uuid4().hex[:8]}" for name in contenders}
+    counter = 0
+
+    async def one(name: str) -> float:
+        nonlocal counter
+        counter += 1
+        message = _user_message(f"benchmark message {counter}")
+        start = time.perf_counter()
+        await contenders[name](sessions[name], "bench", message)
+        return time.perf_counter() - start
+
+    for name in contenders:
+        for _ in range(sizes.warmup):
+            await one(name)
+    latencies: dict[str, list[float]] = {name: [] for name in contenders}
+    rounds: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(sizes.append_rounds):
+        order = list(contenders)
+        rng.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            for _ in range(sizes.append_batch):
+                latencies[name].append(await one(name))
+            rounds[name].append(sizes.append_batch / (time.perf_counter() - start))
+    return {
+        name: AppendStats(
+            median_ms=statistics.median(latencies[name]) * 1000,
+            p95_ms=_p95(latencies[name]) * 1000,
+            per_second=statistics.median(rounds[name]),
+            round_per_second=rounds[name],
+        )
+        for name in contenders
+    }
+
+
+Call = Callable[[], Awaitable[object]]
+
+
+async def measure_calls(
+    calls: dict[tuple[str, str], Call], rounds: int, rng: random.Random
+) -> dict[tuple[str, str], TimingStats]:
+    """Interleaved rounds: each round runs every call, in a shuffled order, each one
+    timed. A call that is fast runs several times in a row per round (as many as fit
+    in :data:`REPEAT_BUDGET` seconds going by its untimed warm-up call, at most
+    :data:`MAX_REPEATS`), so that a millisecond median rests on as many samples as the
+    machine's noise needs, while a slow one (zett's list over 100k sessions) runs once."""
+    repeats: dict[tuple[str, str], int] = {}
+    for key, call in calls.items():
+        start = time.perf_counter()
+        await call()
+        elapsed = time.perf_counter() - start
+        repeats[key] = max(1, min(MAX_REPEATS, int(REPEAT_BUDGET / max(elapsed, 1e-6))))
+    samples: dict[tuple[str, str], list[float]] = {key: [] for key in calls}
+    for _ in range(rounds):
+        order = list(calls)
+        rng.shuffle(order)
+        for key in order:
+            for _ in range(repeats[key]):
+                start = time.perf_counter()
+                await calls[key]()
+                samples[key].append(time.perf_counter() - start)
+    return {key: _stats(values) for key, values in samples.items()}
+
+
+# -- concurrent appends from many processes -------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """One worker process's orders (pickled into it)."""
+
+    store: str
+    url: str
+    worker: int
+    session: str
+    appends: int
+
+
+@dataclass
+class WorkerOutcome:
+    """What one worker saw: acknowledgements ``(session, sequence, text)``, errors,
+    chatledger's retries, and the wall-clock span of its appends."""
+
+    acked: list[tuple[str, int, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    retries: int | None = None
+    started: float = 0.0
+    finished: float = 0.0
+    fatal: str | None = None
+
+
+async def _work(job: WorkerJob, barrier: Any) -> WorkerOutcome:
+    outcome = WorkerOutcome()
+    store = open_store(job.store, job.url)
+    try:
+        await store.count_messages(job.session)  # connects; zett creates or checks its tables
+        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
+        outcome.started = time.time()
+        for index in range(job.appends):
+            text_ = f"{job.worker}:{index}"
+            try:
+                sequence = await store.append(job.session, f"worker-{job.worker}", _user_message(text_))
+                outcome.acked.append((job.session, sequence, text_))
+            except Exception as error:  # counted and reported, never hidden
+                outcome.errors.append(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
+        outcome.finished = time.time()
+        ledger = getattr(store, "ledger", None)
+        outcome.retries = ledger.retries if isinstance(ledger, Ledger) else None
+    finally:
+        await store.close()
+    return outcome
+
+
+def _worker(job: WorkerJob, barrier: Any, results: Any) -> None:
+    """A worker process: run the job, put ``(worker, outcome)`` on ``results``."""
+    try:
+        outcome = asyncio.run(_work(job, barrier))
+    except BaseException as error:
+        barrier.abort()  # the others stop waiting for this one
+        outcome = WorkerOutcome(fatal=f"{type(error).__name__}: {error}")
+    results.put((job.worker, outcome))
+
+
+def run_processes(jobs: Sequence[WorkerJob]) -> list[WorkerOutcome]:
+    """Run one process per job (spawned, so each has its own engine and pool); they
+    start appending together, once every one has connected. Blocks."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(len(jobs))
+    results = context.Queue()
+    processes = [context.Process(target=_worker, args=(job, barrier, results)) for job in jobs]
+    for process in processes:
+        process.start()
+    outcomes: dict[int, WorkerOutcome] = {}
+    try:
+        deadline = time.monotonic() + PROCESS_TIMEOUT
+        while len(outcomes) < len(jobs):
+            try:
+                worker, outcome = results.get(timeout=1.0)
+                outcomes[worker] = outcome
+                continue
+            except queue.Empty:
+                pass
+            dead = [
+                f"worker {job.worker} exited with {process.exitcode}"
+                for job, process in zip(jobs, processes, strict=True)
+                if job.worker not in outcomes and process.exitcode not in (None, 0)
+            ]
+            if dead or time.monotonic() > deadline:
+                barrier.abort()  # release the workers still waiting for the dead one
+                raise RuntimeError(
+                    f"worker processes failed: {dead[0]} (see its stderr)"
+                    if dead
+                    else f"worker processes did not finish within {PROCESS_TIMEOUT} s"
+                )
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=10)
+    fatal = [outcome.fatal for outcome in outcomes.values() if outcome.fatal]
+    if fatal:
+        raise RuntimeError(f"{len(fatal)} worker process(es) failed: {fatal[0]}")
+    return [outcomes[job.worker] for job in jobs]
+
+
+async def verify(
+    store: Store, outcomes: Sequence[WorkerOutcome], sessions: Sequence[str]
+) -> tuple[int, int, int]:
+    """Read the sessions back: ``(gaps, duplicates, lost)``. A gap is a sequence
+    missing below the highest; a duplicate a sequence stored or acknowledged twice;
+    lost an acknowledged message whose row is missing or holds another text."""
+    acked: dict[tuple[str, int], str] = {}
+    duplicates = 0
+    for outcome in outcomes:
+        for session, sequence, content in outcome.acked:
+            duplicates += (session, sequence) in acked
+            acked[(session, sequence)] = content
+    gaps = lost = 0
+    for session in sessions:
+        records = await store.list_raw_messages(session, limit=10**9)
+        stored = {record.sequence: getattr(record.message, "content", None) for record in records}
+        duplicates += len(records) - len(stored)
+        gaps += len(set(range(1, max(stored, default=0) + 1)) - stored.keys())
+        lost += sum(
+            1
+            for (where, sequence), content in acked.items()
+            if where == session and stored.get(sequence) != content
+        )
+    return gaps, duplicates, lost
+
+
+def error_kinds(errors: Iterable[str], most: int = 5) -> dict[str, int]:
+    """The ``most`` commonest kinds of error: each message cut before its SQL or
+    detail, with session ids and numbers masked, and how often it occurred."""
+    counts: dict[str, int] = {}
+    for error in errors:
+        kind = re.split(r" \[SQL| DETAIL", error, maxsplit=1)[0]
+        kind = re.sub(r"\b\d+\b", "N", re.sub(r"conc-[0-9a-f]{8}-\w+", "<session>", kind))[:200]
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1])[:most])
+
+
+async def measure_concurrent(
+    kind: str, url: URL, processes: int, appends: int, shared: bool
+) -> ConcurrentStats:
+    """``processes`` worker processes append ``appends`` each, to one shared session
+    (``shared``) or each to its own, through store ``kind``; then read back."""
+    run = uuid.uuid4().hex[:8]
+    sessions = [f"conc-{run}-shared"] if shared else [f"conc-{run}-{worker}" for worker in range(processes)]
+    rendered = url.render_as_string(hide_password=False)
+    jobs = [
+        WorkerJob(kind, rendered, worker, sessions[0 if shared else worker], appends)
+        for worker in range(processes)
+    ]
+    outcomes = await asyncio.to_thread(run_processes, jobs)
+    store = open_store(kind, url)
+    try:
+        gaps, duplicates, lost = await verify(store, outcomes, sessions)
+    finally:
+        await store.close()
+    acknowledged = sum(len(outcome.acked) for outcome in outcomes)
+    errors = [error for outcome in outcomes for error in outcome.errors]
+    seconds = max(outcome.finished for outcome in outcomes) - min(outcome.started for outcome in outcomes)
+    retries = [outcome.retries for outcome in outcomes if outcome.retries is not None]
+    return ConcurrentStats(
+        processes=processes,
+        sessions=len(sessions),
+        attempted=processes * appends,
+        acknowledged=acknowledged,
+        errors=len(errors),
+        retries=sum(retries) if retries else None,
+        gaps=gaps,
+        duplicates=duplicates,
+        lost=lost,
+        seconds=seconds,
+        per_second=acknowledged / seconds if seconds > 0 else 0.0,
+        error_kinds=error_kinds(errors),
+    )
+
+
+# -- one backend ----------------------------------------------------------------------
+
+
+def _say(console: Console | None, message: str) -> None:
+    if console is not None:
+        console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}", highlight=False)
+
+
+def _check(condition: bool, what: str) -> None:
+    """The benchmark measures what it claims, or stops."""
+    if not condition:
+        raise RuntimeError(f"benchmark sanity check failed: {what}")
+
+
+async def bench_backend(
+    admin: URL, sizes: Sizes, rng: random.Random, console: Console | None = None
+) -> BackendReport:
+    """Every measurement on the server ``admin`` names, in fresh databases."""
+    started = time.perf_counter()
+    backend = admin.get_backend_name()
+    rules = _BACKENDS[backend]
+
+    def say(message: str) -> None:
+        _say(console, f"{backend}: {message}")
+
+    async with fresh_databases(admin) as databases:
+        await upgrade_database(databases.ledger)
+        stores: dict[str, Store] = {}
+        floor = Floor(databases.floor)
+        try:
+            stores = {kind: open_store(kind, getattr(databases, "ledger" if kind == "chatledger" else kind))
+                      for kind in STORES}  # fmt: skip
+            for store in stores.values():
+                await store.count_messages("warm-up")  # zett creates its tables here
+            await floor.create_table()
+            async with _store_engine(stores["chatledger"]).connect() as conn:
+                version = str(await conn.scalar(text(rules.version)))
+            report = BackendReport(backend, display(admin), version)
+
+            say(f"appends: {sizes.append_rounds} rounds x {sizes.append_batch} per contender")
+            appenders: dict[str, Appender] = {kind: store.append for kind, store in stores.items()}
+            report.append = await measure_appends({**appenders, "floor": floor.append}, sizes, rng)
+
+            if sizes.processes and sizes.process_appends:
+                runs = [(kind, shared) for kind in STORES for shared in (True, False)]
+                rng.shuffle(runs)
+                for kind, shared in runs:
+                    mode = "one session" if shared else "own sessions"
+                    say(f"{sizes.processes} processes x {sizes.process_appends} appends, {kind}, {mode}")
+                    url = databases.ledger if kind == "chatledger" else databases.zett
+                    report.concurrent.setdefault(kind, {})[mode] = await measure_concurrent(
+                        kind, url, sizes.processes, sizes.process_appends, shared
+                    )
+
+            base = datetime.now(UTC) - timedelta(days=30)
+            seeders = {kind: Seeder(kind, _store_engine(store), base) for kind, store in stores.items()}
+            say(f"seeding sessions of {sizes.tail}, {', '.join(map(str, sizes.load_messages))} messages")
+            load_sessions = {str(sizes.tail): ("load-small", sizes.tail, 0)}
+            for count in sizes.load_messages:
+                load_sessions[str(count)] = (f"load-{count}", count, count - sizes.tail)
+            for seeder in seeders.values():
+                for session_id, count, boundary in load_sessions.values():
+                    await seeder.session(session_id, count, boundary, offset_ms=-1)
+                await seeder.analyze(rules.analyze)
+            for kind, store in stores.items():  # the shape loaded is the shape claimed
+                for label, (session_id, _count, boundary) in load_sessions.items():
+                    view = await store.load(session_id)
+                    tail = len(view.raw_tail)
+                    _check(tail == sizes.tail, f"{kind} load of {label} gave {tail} messages")
+                    _check((view.snapshot is not None) == bool(boundary), f"{kind} load of {label} snapshot")
+            say(f"loads: {sizes.load_rounds} rounds")
+            load_calls: dict[tuple[str, str], Call] = {
+                (kind, label): functools.partial(store.load, session_id)
+                for kind, store in stores.items()
+                for label, (session_id, _, _) in load_sessions.items()
+            }
+            for (kind, label), stats_ in (await measure_calls(load_calls, sizes.load_rounds, rng)).items():
+                report.load.setdefault(kind, {})[label] = stats_
+
+            seeded = 0
+            for count in sizes.list_sessions:
+                say(f"seeding sessions up to {count}")
+                for seeder in seeders.values():
+                    await seeder.many_sessions(seeded, count)
+                    await seeder.analyze(rules.analyze)
+                seeded = count
+                for kind, store in stores.items():
+                    page = await store.list_sessions(limit=sizes.page)
+                    _check(len(page) == sizes.page, f"{kind} list_sessions gave {len(page)}")
+                say(f"list_sessions over {count} sessions: {sizes.list_rounds} rounds")
+                list_calls: dict[tuple[str, str], Call] = {
+                    (kind, str(count)): functools.partial(store.list_sessions, limit=sizes.page)
+                    for kind, store in stores.items()
+                }
+                timed = await measure_calls(list_calls, sizes.list_rounds, rng)
+                for (kind, label), stats_ in timed.items():
+                    report.list_sessions.setdefault(kind, {})[label] = stats_
+        finally:
+            for store in stores.values():
+                await store.close()
+            await floor.close()
+    report.targets = targets(report, sizes)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
+    """The issue's targets, as ratios of this backend's medians."""
+    append = report.append
+    load = report.load["chatledger"]
+    largest_load, largest_list = str(max(sizes.load_messages)), str(max(sizes.list_sessions))
+    lists = report.list_sessions
+    return [
+        Verdict(
+            "append_vs_floor",
+            "append throughput, chatledger / floor",
+            append["chatledger"].per_second / append["floor"].per_second,
+            ">=",
+            0.7,
+        ),
+        Verdict(
+            "append_vs_zett",
+            "append throughput, chatledger / zett",
+            append["chatledger"].per_second / append["zett"].per_second,
+            ">=",
+            2.0,
+        ),
+        Verdict(
+            "load_o_tail",
+            f"chatledger load, {largest_load}-message session / {sizes.tail}-message session",
+            load[largest_load].median_ms / load[str(sizes.tail)].median_ms,
+            "<=",
+            2.0,
+        ),
+        Verdict(
+            "list_o_page",
+            f"list_sessions over {largest_list} sessions, zett time / chatledger time",
+            lists["zett"][largest_list].median_ms / lists["chatledger"][largest_list].median_ms,
+            ">=",
+            100.0,
+        ),
+    ]
+
+
+# -- the whole run --------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, CPU model (``/proc/cpuinfo``), cores, memory, Python, load average."""
+
+    def proc_field(path: str, key: str) -> str | None:
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+        return None
+
+    memory = proc_field("/proc/meminfo", "MemTotal")
+    return {
+        "platform": platform.platform(),
+        "cpu": proc_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(memory.split()[0]) / 2**20, 1) if memory else None,
+        "python": platform.python_version(),
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+async def run_bench(
+    dsns: Sequence[str | URL],
+    sizes: Sizes = Sizes(),
+    console: Console | None = None,
+    *,
+    seed: int | None = None,
+) -> BenchReport:
+    """Benchmark every server in ``dsns`` (admin DSNs; see :func:`fresh_databases`)
+    one after the other; print progress and one table per backend to ``console``.
+
+    Raises:
+        ValueError: a DSN is not PostgreSQL, MySQL/MariaDB or SQLite.
+        RuntimeError: a worker process failed, or a sanity check of what is measured.
+    """
+    admins = [resolve_dsn(dsn) for dsn in dsns]
+    if not admins:
+        raise ValueError("dsns must name at least one server")
+    rng = random.Random(seed)
+    machine = machine_info()
+    reports: list[BackendReport] = []
+    for admin in admins:
+        report = await bench_backend(admin, sizes, rng, console)
+        reports.append(report)
+        if console is not None:
+            console.print(render(report, sizes))
+            for kind, runs in report.concurrent.items():
+                for mode, run in runs.items():
+                    for error, count in run.error_kinds.items():
+                        console.print(f"  {kind}, {mode}: {count} x {error}", highlight=False, markup=False)
+    machine["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return BenchReport(machine, sizes, reports)
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+#: Columns of the result table; the last holds PASS / MISS.
+COLUMNS = ("measure", "chatledger", "zett", "floor", "ratio", "target", "met")
+
+
+def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
+    """One backend's medians, ratios and target verdicts, as rows of :data:`COLUMNS`."""
+    verdicts = {verdict.name: verdict for verdict in report.targets}
+
+    def verdict_cells(name: str, ratio: str) -> tuple[str, str, str]:
+        verdict = verdicts[name]
+        return (
+            f"{ratio}{verdict.value:.2f}",
+            f"{verdict.op} {verdict.bound:g}",
+            "PASS" if verdict.met else "MISS",
+        )
+
+    rows: list[tuple[str, ...]] = []
+    append = report.append
+    rows.append(("append p50 latency, ms", *(f"{append[n].median_ms:.2f}" for n in CONTENDERS), "", "", ""))
+    rows.append(("append p95 latency, ms", *(f"{append[n].p95_ms:.2f}" for n in CONTENDERS), "", "", ""))
+    rows.append(
+        (
+            "append throughput, /s",
+            *(_num(append[name].per_second) for name in CONTENDERS),
+            *verdict_cells("append_vs_floor", "cl/floor "),
+        )
+    )
+    rows.append(("", "", "", "", *verdict_cells("append_vs_zett", "cl/zett ")))
+    load = report.load
+    small = str(sizes.tail)
+    rows.append(
+        (
+            f"load, {small}-message session, ms",
+            *(f"{load[k][small].median_ms:.2f}" for k in STORES),
+            "",
+            "",
+            "",
+            "",
+        )
+    )
+    for count in sizes.load_messages:
+        label = str(count)
+        if count == max(sizes.load_messages):
+            cells = verdict_cells("load_o_tail", f"/{small}: ")
+        else:
+            ratio = load["chatledger"][label].median_ms / load["chatledger"][small].median_ms
+            cells = (f"/{small}: {ratio:.2f}", "", "")
+        rows.append(
+            (
+                f"load, checkpoint + {sizes.tail} of {count:,}, ms",
+                *(f"{load[k][label].median_ms:.2f}" for k in STORES),
+                "",
+                *cells,
+            )
+        )
+    lists = report.list_sessions
+    for count in sizes.list_sessions:
+        label = str(count)
+        if count == max(sizes.list_sessions):
+            cells = verdict_cells("list_o_page", "zett/cl ")
+        else:
+            ratio = lists["zett"][label].median_ms / lists["chatledger"][label].median_ms
+            cells = (f"zett/cl {ratio:.1f}", "", "")
+        rows.append(
+            (
+                f"list_sessions {sizes.page} of {count:,}, ms",
+                *(f"{lists[k][label].median_ms:.2f}" for k in STORES),
+                "",
+                *cells,
+            )
+        )
+    for mode in ("one session", "own sessions"):
+        runs = {kind: report.concurrent.get(kind, {}).get(mode) for kind in STORES}
+        if not any(runs.values()):
+            continue
+        processes = next(run.processes for run in runs.values() if run is not None)
+        sessions = "1 session" if mode == "one session" else f"{processes} sessions"
+        rows.append(
+            (
+                f"{processes} processes -> {sessions}, /s (errors)",
+                *(
+                    f"{_num(run.per_second)} ({run.errors})" if run is not None else "-"
+                    for run in runs.values()
+                ),
+                "",
+                "",
+                "",
+                "",
+            )
+        )
+    return rows
+
+
+def _title(report: BackendReport) -> str:
+    return f"{report.backend}: {report.server_version.split(' on ')[0]}"
+
+
+def render(report: BackendReport, sizes: Sizes) -> RichTable:
+    """One backend's :func:`table_rows` as a rich table."""
+    table = RichTable(title=_title(report), title_justify="left")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("measure", "target") else "right")
+    marks = {"PASS": "[green]PASS[/green]", "MISS": "[red]MISS[/red]"}
+    for row in table_rows(report, sizes):
+        table.add_row(*row[:-1], marks.get(row[-1], row[-1]))
+    return table
+
+
+def markdown(report: BenchReport) -> str:
+    """The whole run as Markdown: the machine, then one table per backend."""
+    machine = report.machine
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB, "
+        f"{machine['platform']}, Python {machine['python']}; load average "
+        f"{machine['load_average_at_start'][0]:.1f} at the start, "
+        f"{(machine.get('load_average_at_end') or [0.0])[0]:.1f} at the end.",
+    ]
+    for backend in report.backends:
+        lines += ["", f"**{_title(backend)}**", "", "| " + " | ".join(COLUMNS) + " |"]
+        lines.append("|" + "|".join(":--" if c in ("measure", "target") else "--:" for c in COLUMNS) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in table_rows(backend, report.sizes)]
+    return "\n".join(lines) + "\n"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's arguments (for ``bench/bench.py`` and a ``chatledger bench``)."""
+    parser.add_argument(
+        "--dsn",
+        action="append",
+        required=True,
+        help="admin DSN of a server to benchmark, repeatable: postgresql://USER@HOST/postgres, "
+        "mysql://root@HOST/mysql, sqlite:///DIRECTORY/ (fresh databases are created and dropped)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--json", type=Path, help="also write the numbers and the machine as JSON here")
+    parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
+    parser.add_argument("--seed", type=int, help="seed of the round shuffling (default: random)")
+
+
+async def run_command(args: argparse.Namespace, console: Console) -> int:
+    """Run the benchmark from parsed arguments; 0 when every target is met, else 1."""
+    sizes = QUICK if args.quick else Sizes()
+    report = await run_bench(args.dsn, sizes, console, seed=args.seed)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        _say(console, f"wrote {args.json}")
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(report))
+        _say(console, f"wrote {args.markdown}")
+    return 0 if all(verdict.met for backend in report.backends for verdict in backend.targets) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python bench/bench.py``: parse ``argv`` (default ``sys.argv[1:]``) and run."""
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    configure(parser)
+    args = parser.parse_args(argv)
+    console = Console(highlight=False)
+    console.width = min(console.width, 120) if console.is_terminal else 120
+    try:
+        return asyncio.run(run_command(args, console))
+    except KeyboardInterrupt:
+        print("bench: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = [
+    "QUICK",
+    "BenchReport",
+    "Sizes",
+    "configure",
+    "main",
+    "run_bench",
+    "run_command",
+]

@@ -1,0 +1,75 @@
+"""A tiny run of the benchmark (``bench/bench.py``, :mod:`chatledger.bench`) on SQLite,
+so that it keeps working: every measurement runs, the report and its JSON are
+complete, chatledger's concurrent appends come back clean, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from chatledger.bench import CONTENDERS, STORES, BenchReport, Sizes, configure, markdown, run_bench
+
+TINY = Sizes(
+    append_rounds=2,
+    append_batch=5,
+    warmup=1,
+    tail=5,
+    load_messages=(50, 200),
+    load_rounds=2,
+    list_sessions=(20, 60),
+    list_rounds=2,
+    page=20,
+    processes=2,
+    process_appends=4,
+)
+
+
+def _entries(directory: Path) -> list[Path]:
+    return list(directory.iterdir())
+
+
+async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> None:
+    output = io.StringIO()
+    report = await run_bench([f"sqlite:///{tmp_path}/"], TINY, Console(file=output, width=150), seed=6)
+
+    (backend,) = report.backends
+    assert backend.backend == "sqlite" and backend.server_version.startswith("SQLite")
+    assert set(backend.append) == set(CONTENDERS)
+    assert all(len(stats.round_per_second) == TINY.append_rounds for stats in backend.append.values())
+    for store in STORES:
+        assert set(backend.load[store]) == {"5", "50", "200"}
+        assert set(backend.list_sessions[store]) == {"20", "60"}
+        assert set(backend.concurrent[store]) == {"one session", "own sessions"}
+    for run in backend.concurrent["chatledger"].values():
+        assert (run.acknowledged, run.errors, run.gaps, run.duplicates, run.lost) == (8, 0, 0, 0, 0)
+    assert backend.concurrent["chatledger"]["own sessions"].sessions == 2
+    assert [target.name for target in backend.targets] == [
+        "append_vs_floor",
+        "append_vs_zett",
+        "load_o_tail",
+        "list_o_page",
+    ]
+
+    printed = output.getvalue()
+    assert "append throughput" in printed and "list_sessions 20 of 60" in printed
+    assert "PASS" in printed or "MISS" in printed
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["machine"]["cores"] and data["machine"]["python"]
+    assert {"met", "value", "bound"} <= set(data["backends"][0]["targets"][0])
+    assert BenchReport.from_json(data) == report
+    table = markdown(report)
+    assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
+    assert not any(path.name.startswith("chatledger-bench-") for path in _entries(tmp_path))
+
+
+def test_the_arguments() -> None:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["--dsn", "sqlite:///x/", "--dsn", "mysql://root@h/mysql", "--quick"])
+    assert args.dsn == ["sqlite:///x/", "mysql://root@h/mysql"] and args.quick
+    assert args.json is None and args.markdown is None
