@@ -25,7 +25,13 @@ from sqlalchemy.pool import NullPool
 from zett_agent.messages import UserMessage
 
 from chatledger import SchemaNotReady
-from chatledger.migrate import database_revision, downgrade_database, head_revision, upgrade_database
+from chatledger.migrate import (
+    database_revision,
+    downgrade_database,
+    head_revision,
+    run_on_connection,
+    upgrade_database,
+)
 from chatledger.schema import Base
 from chatledger.zett import LedgerSessionStorage
 
@@ -195,3 +201,15 @@ async def test_alembic_cli_upgrade_and_check(fresh_url: URL) -> None:
     code, output = await run_alembic(fresh_url, "current")
     assert code == 0, output
     assert head_revision() in output
+
+
+async def test_database_ahead_of_this_chatledger_is_refused(fresh_url: URL, session_id: str) -> None:
+    """A database a newer chatledger migrated (a rolling deploy) is refused, even where
+    the storage would upgrade itself, with a message that says so."""
+    await upgrade_database(fresh_url)
+    await run_on_connection(
+        fresh_url, lambda conn: conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+    )
+    async with LedgerSessionStorage(fresh_url, auto_upgrade=True) as storage:
+        with pytest.raises(SchemaNotReady, match="does not know"):
+            await storage.load(session_id)

@@ -261,8 +261,11 @@ RULES: dict[str, DialectRules] = {
         transient_codes=frozenset({"40001", "40P01"}),
         # SQLSTATE class 08 (connection exceptions), too_many_connections,
         # admin_shutdown, crash_shutdown, cannot_connect_now (starting up / shutting down)
+        # ... and invalid_authorization_specification, invalid_password,
+        # invalid_catalog_name (no such database): the connection cannot be opened.
         unavailable_codes=frozenset(
             {"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"}
+            | {"28000", "28P01", "3D000"}
         ),
         snapshot_read={"isolation_level": "REPEATABLE READ"},
         # program_limit_exceeded
@@ -276,7 +279,10 @@ RULES: dict[str, DialectRules] = {
         # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
         # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
         # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
-        unavailable_codes=frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}),
+        # ... and ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR.
+        unavailable_codes=frozenset(
+            {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031} | {1044, 1045, 1049}
+        ),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
         statement_limit_query="SELECT @@max_allowed_packet",
         # ER_NET_PACKET_TOO_LARGE
@@ -316,18 +322,19 @@ def rules(dialect_name: str) -> DialectRules:
 
 
 def error_code(error: DBAPIError) -> str | int | None:
-    """The driver's error code of a wrapped DBAPI error: SQLSTATE on PostgreSQL,
-    the server error number on MySQL, the primary result code on SQLite."""
+    """The driver's error code of a wrapped DBAPI error: the primary result code on
+    SQLite, the server error number on MySQL (PyMySQL also sets a SQLSTATE, which is
+    coarser, so the number comes first), SQLSTATE on PostgreSQL."""
     orig = error.orig
-    sqlstate = getattr(orig, "sqlstate", None)
-    if sqlstate:
-        return str(sqlstate)
     sqlite_code = getattr(orig, "sqlite_errorcode", None)
     if isinstance(sqlite_code, int):
         return sqlite_code & 0xFF
     args = getattr(orig, "args", ())
     if args and isinstance(args[0], int):
         return args[0]
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate:
+        return str(sqlstate)
     if isinstance(orig, Exception) and "database is locked" in str(orig):
         return 5
     return None

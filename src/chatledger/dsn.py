@@ -47,9 +47,15 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
         dsn: A DSN such as ``postgresql://user:pw@host/db``; ``None`` falls back to
             ``CHATLEDGER_DSN``, then to the embedded SQLite default.
 
+    Also: a ``password`` query parameter moves into the URL's password (so it is
+    masked); ``~`` in a SQLite path is expanded; PostgreSQL's ``sslmode`` becomes
+    asyncpg's ``ssl``.
+
     Raises:
         ValueError: the scheme is not PostgreSQL, MySQL/MariaDB or SQLite, or names a
-            driver other than asyncpg, aiomysql or aiosqlite.
+            driver other than asyncpg, aiomysql or aiosqlite; the port is not 1..65535;
+            the SQLite database is in memory (it could not be shared); a MySQL
+            ``charset`` other than utf8mb4.
         TypeError: ``dsn`` is neither a string nor a URL.
     """
     if dsn is None:
@@ -67,13 +73,49 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
         raise ValueError(f"dsn scheme {backend!r} is not supported; use postgresql, mysql, mariadb or sqlite")
     backend, async_driver = _ASYNC_DRIVERS[backend]
     if driver and driver != async_driver:
-        raise ValueError(
-            f"dsn driver {driver!r} is not supported for {backend}; use {backend}+{async_driver}"
-        )
+        raise ValueError(f"dsn driver {driver!r} is not supported; use {backend}+{async_driver}")
     url = url.set(drivername=f"{backend}+{async_driver}")
-    if backend == "mysql" and "charset" not in url.query:
-        url = url.update_query_dict({"charset": "utf8mb4"})
+    try:
+        port = url.port
+    except ValueError:
+        raise ValueError("dsn port is not a number") from None
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"dsn port {port} is outside 1..65535")
+    # A password given as a query parameter belongs where display() masks it.
+    for key in ("password", "passwd"):
+        if key in url.query:
+            value = url.query[key]
+            password = value if isinstance(value, str) else value[-1]
+            url = url.set(password=password).difference_update_query([key])
+    return _DSN_RULES[backend](url)
+
+
+def _sqlite(url: URL) -> URL:
+    database = url.database
+    if database in (None, "", ":memory:") or str(database).startswith("file::memory:"):
+        # Every pooled connection would be a database of its own, or (with the one
+        # static connection SQLAlchemy gives it) concurrent calls would share one
+        # transaction; neither keeps what a shared store acknowledges.
+        raise ValueError("dsn names an in-memory SQLite database; give a file: sqlite:///path/to/file.db")
+    return url.set(database=str(Path(database).expanduser()))
+
+
+def _mysql(url: URL) -> URL:
+    charset = url.query.get("charset", "utf8mb4")
+    if charset != "utf8mb4":
+        # Any other connection charset mangles ids (stored as bytes) and refuses emoji.
+        raise ValueError(f"dsn charset {charset!r} is not supported; chatledger talks utf8mb4 to MySQL")
+    return url.update_query_dict({"charset": "utf8mb4"})
+
+
+def _postgresql(url: URL) -> URL:
+    # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values).
+    if "sslmode" in url.query:
+        url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
     return url
+
+
+_DSN_RULES = {"sqlite": _sqlite, "mysql": _mysql, "postgresql": _postgresql}
 
 
 def sqlite_file(url: URL) -> Path | None:

@@ -76,6 +76,7 @@ class Ledger:
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
         )
         self._ready = False
+        self._closed = False
         self._ready_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
@@ -87,7 +88,8 @@ class Ledger:
         return f"Ledger({display(self.url)!r})"
 
     async def close(self) -> None:
-        """Dispose of the engine and every pooled connection."""
+        """Dispose of the engine and every pooled connection; later calls raise ``RuntimeError``."""
+        self._closed = True
         await self.engine.dispose()
 
     async def ensure_ready(self) -> None:
@@ -103,7 +105,10 @@ class Ledger:
             if self._ready:
                 return
             head = migrate.head_revision()
-            if self.auto_upgrade:
+            current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
+            if current is not None and not migrate.is_known(current):
+                raise SchemaNotReady(migrate.ahead_message(self.url, current))
+            if self.auto_upgrade and current != head:
                 # Under the write lock, so that processes sharing one file upgrade it once.
                 await self._run(lambda conn: conn.run_sync(migrate.upgrade), write=True, ready=False)
             current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
@@ -124,6 +129,8 @@ class Ledger:
         return await self._run(work, write=False)
 
     async def _run(self, work: Work[T], *, write: bool = False, ready: bool = True) -> T:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
         if ready and not self._ready:
             await self.ensure_ready()
         options = {} if write else self.rules.snapshot_read

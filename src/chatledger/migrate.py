@@ -59,6 +59,16 @@ def head_revision() -> str:
     return head
 
 
+def is_known(revision: str) -> bool:
+    """Whether this chatledger ships ``revision`` (a newer one may have migrated the database)."""
+    from alembic.util import CommandError
+
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
 def current_revision(connection: Connection) -> str | None:
     """The revision the database is at, or ``None`` for an empty database."""
     return MigrationContext.configure(connection).get_current_revision()
@@ -72,6 +82,14 @@ def upgrade(connection: Connection, revision: str = "head") -> None:
 def downgrade(connection: Connection, revision: str) -> None:
     """Downgrade the database on ``connection`` to ``revision``, in its transaction."""
     command.downgrade(alembic_config(connection=connection), revision)
+
+
+def ahead_message(url: URL, current: str) -> str:
+    """Why a database migrated by a newer chatledger cannot be used by this one."""
+    return (
+        f"database {display(url)} is at revision {current}, which this chatledger does not know "
+        f"(its newest is {head_revision()}): a newer chatledger migrated it; upgrade chatledger"
+    )
 
 
 def behind_message(url: URL, current: str | None) -> str:

@@ -438,7 +438,7 @@ class LedgerSessionStore:
         id = _id(id)
         if not isinstance(session, Session):
             raise TypeError(f"session must be a rein.Session, not {type(session).__name__}")
-        expected = validate.optional_integer(expected_version, "expected_version")
+        expected = None if expected_version is None else validate.version(expected_version)
         try:
             session_json = session.model_dump_json()
         except ValueError as error:  # pydantic's PydanticSerializationError

@@ -83,19 +83,24 @@ def agent_name(value: object) -> str | None:
     return display_field(value, "agent_name", 64)
 
 
-def integer(value: object, field: str, *, minimum: int = 0) -> int:
-    """An ``int`` (not ``bool``) from ``minimum`` up to the 64-bit limit."""
+def integer(value: object, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
+    """An ``int`` (not ``bool``) from ``minimum`` up to ``maximum`` (the 64-bit limit)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{field} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{field} must be at least {minimum}, not {value}")
-    if value > MAX_BIGINT:
-        raise ValueError(f"{field} exceeds the 64-bit limit {MAX_BIGINT}")
+    if value > maximum:
+        raise ValueError(f"{field} exceeds its limit {maximum}")
     return value
 
 
-def optional_integer(value: object, field: str, *, minimum: int = 0) -> int | None:
-    return None if value is None else integer(value, field, minimum=minimum)
+def optional_integer(value: object, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int | None:
+    return None if value is None else integer(value, field, minimum=minimum, maximum=maximum)
+
+
+def version(value: object, field: str = "expected_version", *, minimum: int = 0) -> int:
+    """A version to compare-and-set against; the next one (+1) must still fit 64 bits."""
+    return integer(value, field, minimum=minimum, maximum=MAX_BIGINT - 1)
 
 
 def session_type(value: object) -> int:
@@ -132,6 +137,27 @@ def aware(value: object, field: str) -> datetime:
 
 def optional_aware(value: object, field: str) -> datetime | None:
     return None if value is None else aware(value, field)
+
+
+#: Deepest nesting of lists and objects accepted in metadata and tags. Python's JSON
+#: decoder recurses once per level, so a much deeper value would store but not load.
+MAX_JSON_DEPTH = 256
+
+
+def json_depth(value: object, field: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than ``limit`` levels (checked without recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise ValueError(f"{field} is nested deeper than {limit} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def json_text(value: Any, field: str) -> str:

@@ -96,6 +96,7 @@ def context_json(value: Mapping[str, JsonValue] | None, field: str, *, nonempty_
     """``metadata`` or ``tags`` as JSON text, checked by zett's own ``json_object``."""
     if value is not None and not isinstance(value, Mapping):
         raise TypeError(f"{field} must be a mapping, not {type(value).__name__}")
+    validate.json_depth(value, field)
     try:
         checked = json_object(value, field_name=field, nonempty_keys=nonempty_keys)
     except ValueError as error:

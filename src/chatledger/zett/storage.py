@@ -249,7 +249,7 @@ class LedgerSessionStorage:
         session_id = validate.identifier(session_id, "session_id")
         message_json = codec.snapshot_json(compacted_message)
         boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
-        expected = validate.integer(expected_version, "expected_version")
+        expected = validate.version(expected_version)
         await self._check_size("compacted_message", message_json)
         now = _now()
 
@@ -398,7 +398,7 @@ class LedgerSessionStorage:
             changes["agent_name"] = validate.agent_name(agent_name)
         if not changes:
             raise ValueError("At least one session field must be supplied (title or agent_name)")
-        expected = validate.optional_integer(expected_version, "expected_version", minimum=1)
+        expected = None if expected_version is None else validate.version(expected_version, minimum=1)
 
         async def work(conn: AsyncConnection) -> SessionSummary | None:
             statement = update(_sessions).where(_sessions.c.id == session_id)
@@ -408,10 +408,15 @@ class LedgerSessionStorage:
                 statement.values(**changes, fields_version=_sessions.c.fields_version + 1, updated_at=_now())
             )
             row = (await conn.execute(select(_sessions).where(_sessions.c.id == session_id))).one_or_none()
-            if changed.rowcount != 1 and row is not None:
-                raise VersionConflict(
-                    f"session {session_id!r} fields are at version {row.fields_version}, not {expected}"
-                )
+            if changed.rowcount != 1:
+                # Nothing updated: with a version, a conflict if the session exists; without
+                # one, the session did not exist when the UPDATE ran (it may exist by now,
+                # recreated by someone else, and that one was not updated).
+                if expected is not None and row is not None:
+                    raise VersionConflict(
+                        f"session {session_id!r} fields are at version {row.fields_version}, not {expected}"
+                    )
+                return None
             return _summary(row) if row is not None else None
 
         return await self.ledger.write(work)
