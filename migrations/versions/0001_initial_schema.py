@@ -42,9 +42,6 @@ def upgrade() -> None:
         mysql_engine="InnoDB",
     )
     op.create_index("ix_agent_sessions_activity", "agent_sessions", ["updated_at", "id"], unique=False)
-    op.create_index(
-        op.f("ix_agent_sessions_parent_session_id"), "agent_sessions", ["parent_session_id"], unique=False
-    )
 
     op.create_table(
         "raw_messages",
@@ -148,7 +145,6 @@ def downgrade() -> None:
     op.drop_index("ux_raw_session_sequence", table_name="raw_messages")
 
     op.drop_table("raw_messages")
-    op.drop_index(op.f("ix_agent_sessions_parent_session_id"), table_name="agent_sessions")
     op.drop_index("ix_agent_sessions_activity", table_name="agent_sessions")
 
     op.drop_table("agent_sessions")

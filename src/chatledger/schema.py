@@ -54,7 +54,7 @@ class AgentSession(Base):
     )
 
     id: Mapped[str] = mapped_column(Id, primary_key=True)
-    parent_session_id: Mapped[str | None] = mapped_column(Id, index=True)
+    parent_session_id: Mapped[str | None] = mapped_column(Id)
     session_type: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     title: Mapped[str | None] = mapped_column(String(200))
     agent_name: Mapped[str | None] = mapped_column(String(64))
