@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.zett-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[zett]'
+	$(BIN)/python -m pip install --quiet -e '.[zett,postgres,mysql]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python

@@ -11,6 +11,7 @@ Where the database comes from, first match wins:
 from __future__ import annotations
 
 import asyncio
+from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy.engine import Connection
@@ -20,6 +21,8 @@ from chatledger.migrate import run_on_connection
 from chatledger.schema import Base
 
 config = context.config
+if config.config_file_name is not None:  # the alembic command line: alembic.ini's logging
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 target_metadata = Base.metadata
 
 

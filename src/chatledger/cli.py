@@ -139,7 +139,7 @@ def _configure_stress(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dsn",
         action="append",
-        help=f"database URL, repeatable: one report per database; default: ${DSN_ENV}",
+        help=f"database URL, repeatable: one report per database; default: ${DSN_ENV}, else the embedded one",
     )
     parser.add_argument("--processes", type=int, default=8, help="worker processes (default: 8)")
     parser.add_argument(
