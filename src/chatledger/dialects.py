@@ -251,6 +251,11 @@ class DialectRules:
     statement_limit: int = 1_000_000_000
     #: Query reading the server's own limit (MySQL's ``max_allowed_packet``).
     statement_limit_query: str | None = None
+    #: A server behind a socket: a sized pool, pre-pinged (a server may drop pooled
+    #: connections on a restart or an idle timeout; a SQLite file cannot).
+    server: bool = True
+    #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
+    driver_extra: str = ""
 
 
 RULES: dict[str, DialectRules] = {
@@ -268,6 +273,7 @@ RULES: dict[str, DialectRules] = {
             | {"28000", "28P01", "3D000"}
         ),
         snapshot_read={"isolation_level": "REPEATABLE READ"},
+        driver_extra="postgres",
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
     ),
@@ -285,6 +291,7 @@ RULES: dict[str, DialectRules] = {
         ),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
         statement_limit_query="SELECT @@max_allowed_packet",
+        driver_extra="mysql",
         # ER_NET_PACKET_TOO_LARGE
         too_large_codes=frozenset({1153}),
     ),
@@ -295,6 +302,7 @@ RULES: dict[str, DialectRules] = {
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
+        server=False,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
     ),

@@ -44,18 +44,19 @@ class Ledger:
         path = sqlite_file(self.url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
+        self.dialect = self.url.get_backend_name()
+        self.rules = dialects.rules(self.dialect)
         engine_options: dict[str, Any] = {
             "echo": self.options.echo,
             "connect_args": dict(self.options.connect_args),
-            # A server may drop pooled connections (restarts, idle timeouts); a file cannot.
-            "pool_pre_ping": self.url.get_backend_name() != "sqlite",
+            "pool_pre_ping": self.rules.server,
         }
         if self.options.pgbouncer:
-            if self.url.get_backend_name() != "postgresql":
+            if self.dialect != "postgresql":
                 raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
             engine_options["poolclass"] = NullPool
             engine_options["connect_args"].update(dialects.pgbouncer_connect_args())
-        elif self.url.get_backend_name() != "sqlite":
+        elif self.rules.server:
             engine_options.update(
                 pool_size=self.options.pool_size,
                 max_overflow=self.options.max_overflow,
@@ -65,12 +66,9 @@ class Ledger:
         try:
             self.engine: AsyncEngine = create_async_engine(self.url, **engine_options)
         except ModuleNotFoundError as error:
-            extra = {"postgresql": "postgres", "mysql": "mysql"}.get(self.url.get_backend_name(), "")
             raise ImportError(
-                f"the {error.name} driver is missing: pip install 'chatledger[{extra}]'"
+                f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
             ) from error
-        self.dialect = self.engine.dialect.name
-        self.rules = dialects.rules(self.dialect)
         dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
