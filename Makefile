@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: $(VENV)/.zett-installed
 
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest $(ARGS)
+
+bench: $(VENV)/.dev-installed
+	$(BIN)/chatledger bench $(ARGS)
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests migrations bench
