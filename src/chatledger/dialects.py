@@ -246,6 +246,9 @@ class DialectRules:
     too_large_codes: frozenset[str | int] = frozenset()
     #: Execution options of a snapshot-consistent read transaction.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
+    #: Execution options of a write transaction that must hold the write lock from its
+    #: start, whatever its first statement (the schema upgrade).
+    locked_write: dict[str, Any] = field(default_factory=dict)
     #: Largest statement the server takes, in bytes, when no query says otherwise:
     #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
     statement_limit: int = 1_000_000_000
@@ -302,6 +305,7 @@ RULES: dict[str, DialectRules] = {
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
+        locked_write={"chatledger_sqlite_begin": "IMMEDIATE"},
         server=False,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
@@ -365,16 +369,24 @@ def is_too_large(dialect_name: str, error: DBAPIError) -> bool:
 
 
 def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> None:
-    """Per-connection set-up. SQLite only: WAL, a busy timeout, and transactions that
-    take the write lock up front (``BEGIN IMMEDIATE``) so that two writers never
-    deadlock upgrading a read lock. From SQLAlchemy's aiosqlite documentation,
-    "Serializable isolation / Savepoints / Transactional DDL (asyncio version)"."""
+    """Per-connection set-up. SQLite only: WAL, a busy timeout, and write transactions
+    that take the write lock with their first statement (``BEGIN IMMEDIATE``), so that
+    two writers never deadlock upgrading a read lock.
+
+    Every write transaction of chatledger starts with its INSERT, UPDATE or DELETE, so
+    sqlite3's own ``isolation_level = "IMMEDIATE"`` begins it in the same call as that
+    statement, without a round trip to aiosqlite's thread of its own. Reads and the
+    schema upgrade ask for an explicit ``BEGIN DEFERRED`` / ``BEGIN IMMEDIATE`` through
+    the ``chatledger_sqlite_begin`` execution option (SQLAlchemy's aiosqlite
+    documentation, "Serializable isolation / Savepoints / Transactional DDL")."""
     if engine.dialect.name != "sqlite":
         return
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        # sqlite3 then opens a write transaction with BEGIN IMMEDIATE itself, right before
+        # the first INSERT, UPDATE or DELETE, in the same call: no statement of its own.
+        dbapi_connection.isolation_level = "IMMEDIATE"
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(sqlite_busy_timeout_ms)}")
@@ -385,5 +397,6 @@ def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> Non
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        mode = conn.get_execution_options().get("chatledger_sqlite_begin")
+        if mode is not None:
+            conn.exec_driver_sql(f"BEGIN {mode}")

@@ -108,7 +108,9 @@ class Ledger:
                 raise SchemaNotReady(migrate.ahead_message(self.url, current))
             if self.auto_upgrade and current != head:
                 # Under the write lock, so that processes sharing one file upgrade it once.
-                await self._run(lambda conn: conn.run_sync(migrate.upgrade), write=True, ready=False)
+                await self._run(
+                    lambda conn: conn.run_sync(migrate.upgrade), options=self.rules.locked_write, ready=False
+                )
             current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
             if current != head:
                 raise SchemaNotReady(migrate.behind_message(self.url, current))
@@ -119,19 +121,27 @@ class Ledger:
             self._ready = True
 
     async def write(self, work: Work[T]) -> T:
-        """Run ``work`` in one write transaction, retried whole on a transient failure."""
+        """Run ``work`` in one write transaction, retried whole on a transient failure.
+
+        On SQLite the write lock is taken by ``work``'s first INSERT, UPDATE or DELETE
+        (see :func:`chatledger.dialects.configure_engine`): reads before it see the
+        database as it was, so a write that depends on them must not read first.
+        """
         return await self._run(work, write=True)
 
     async def read(self, work: Work[T]) -> T:
         """Run ``work`` in one snapshot-consistent read transaction."""
         return await self._run(work, write=False)
 
-    async def _run(self, work: Work[T], *, write: bool = False, ready: bool = True) -> T:
+    async def _run(
+        self, work: Work[T], *, write: bool = False, options: dict[str, Any] | None = None, ready: bool = True
+    ) -> T:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if ready and not self._ready:
             await self.ensure_ready()
-        options = {} if write else self.rules.snapshot_read
+        if options is None:
+            options = {} if write else self.rules.snapshot_read
         attempts = self.options.retry_attempts
         for attempt in range(1, attempts + 1):
             try:
