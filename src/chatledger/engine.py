@@ -16,7 +16,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from . import dialects, migrate
+from . import dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
 from .errors import SchemaNotReady, StorageUnavailable
 from .options import LedgerOptions
@@ -119,6 +119,16 @@ class Ledger:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
             self._ready = True
+
+    async def check_statement_size(self, field: str, *texts: str) -> None:
+        """Refuse a row whose long text values the server would not take in one statement.
+
+        Raises:
+            ValueError: the row exceeds :attr:`statement_limit` (read from the server on
+                first use); names ``field``, the size and the limit. Nothing is written.
+        """
+        await self.ensure_ready()
+        validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
 
     async def write(self, work: Work[T]) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.

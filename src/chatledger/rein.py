@@ -78,9 +78,7 @@ def _decode(id: str, session_json: str) -> Session:
 
 
 async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None) -> int:
-    await ledger.ensure_ready()  # reads the server's statement limit
-    size = validate.statement_size(session_json)
-    validate.within_statement_limit(size, ledger.statement_limit, "session")
+    await ledger.check_statement_size("session", session_json)
     now = _now()
     values = {"id": id, "session_json": session_json, "created_at": now, "updated_at": now}
 

@@ -208,7 +208,7 @@ class LedgerSessionStorage:
             usage=usage,
             now=now,
         )
-        await self._check_size(
+        await self.ledger.check_statement_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
         append_message = self.ledger.rules.append_message
@@ -250,7 +250,7 @@ class LedgerSessionStorage:
         message_json = codec.snapshot_json(compacted_message)
         boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = validate.version(expected_version)
-        await self._check_size("compacted_message", message_json)
+        await self.ledger.check_statement_size("compacted_message", message_json)
         now = _now()
 
         async def work(conn: AsyncConnection) -> ContextSnapshot:
@@ -279,11 +279,6 @@ class LedgerSessionStorage:
             return codec.snapshot(_Row(row))
 
         return await self.ledger.write(work)
-
-    async def _check_size(self, field: str, *texts: str) -> None:
-        """Refuse a row the server would not accept, before anything is written."""
-        await self.ledger.ensure_ready()  # reads the server's limit
-        validate.within_statement_limit(validate.statement_size(*texts), self.ledger.statement_limit, field)
 
     @staticmethod
     async def _explain_refused_snapshot(
