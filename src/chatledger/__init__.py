@@ -4,7 +4,25 @@ The zett-agent storage lives in :mod:`chatledger.zett`, the rein-agent store in
 :mod:`chatledger.rein`; both need their extra installed.
 """
 
-from .errors import ChatledgerError, SchemaNotReady, SnapshotConflict, StorageUnavailable, VersionConflict
+from .errors import (
+    ChatledgerError,
+    ConfigurationError,
+    OutcomeUnknown,
+    SchemaNotReady,
+    SessionDeleted,
+    SnapshotConflict,
+    StorageUnavailable,
+    VersionConflict,
+)
 
-__all__ = ["ChatledgerError", "SchemaNotReady", "SnapshotConflict", "StorageUnavailable", "VersionConflict"]
+__all__ = [
+    "ChatledgerError",
+    "ConfigurationError",
+    "OutcomeUnknown",
+    "SchemaNotReady",
+    "SessionDeleted",
+    "SnapshotConflict",
+    "StorageUnavailable",
+    "VersionConflict",
+]
 __version__ = "0.1.0"

@@ -25,6 +25,8 @@ logger = logging.getLogger("chatledger")
 
 T = TypeVar("T")
 Work = Callable[[AsyncConnection], Awaitable[T]]
+#: Looks a write up by its id: its result when it was committed, else ``None``.
+Settle = Callable[[AsyncConnection], Awaitable[T | None]]
 
 
 class Ledger:
@@ -130,8 +132,16 @@ class Ledger:
         await self.ensure_ready()
         validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
 
-    async def write(self, work: Work[T]) -> T:
+    async def write(self, work: Work[T], *, settle: Settle[T] | None = None) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
+
+        ``settle`` makes the write exactly-once across an ambiguous failure (the
+        connection lost while the COMMIT was under way): it looks the write up by the
+        id it carries, fixed before the first attempt, in its own read transaction,
+        and returns the write's result when it was committed, ``None`` when not.
+        After an ambiguous failure every later attempt settles first, and a failure
+        of ``work`` (a duplicate key, a version conflict) settles again before it is
+        raised. Without ``settle`` an ambiguous failure raises ``OutcomeUnknown``.
 
         On SQLite the write lock is taken by ``work``'s first INSERT, UPDATE or DELETE
         (see :func:`chatledger.dialects.configure_engine`): reads before it see the

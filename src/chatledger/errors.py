@@ -28,7 +28,40 @@ class SchemaNotReady(ChatledgerError, RuntimeError):
     """The database is not at the migration revision this chatledger needs."""
 
 
+class SessionDeleted(ChatledgerError, ValueError):
+    """The session was deleted; its id keeps a tombstone so that no late writer
+    (an append or a checkpoint computed before the delete) can revive it.
+
+    ``create_session(session_id=...)`` starts the id anew, as a new generation.
+    """
+
+
+class ConfigurationError(ChatledgerError, RuntimeError):
+    """The database refused this configuration: no such database, unknown role, wrong
+    password, or a missing privilege. Not transient and never retried; the message
+    says what to fix."""
+
+
 class StorageUnavailable(ChatledgerError, RuntimeError):
-    """The database could not complete a call: retries ran out, the server went away,
-    or no pooled connection became free in time. The call's transaction was rolled
-    back, so nothing from it was written."""
+    """The database could not complete a call within the retry budget: the server is
+    unreachable, kept failing transiently, or no pooled connection became free in
+    time. Nothing from the call was committed (see :class:`OutcomeUnknown` for the
+    one case where that cannot be known)."""
+
+
+class OutcomeUnknown(StorageUnavailable):
+    """The connection was lost while the database committed a write, and the
+    database stayed unreachable while the store tried to look the write up, so
+    whether it was applied is unknown.
+
+    Settle it by repeating the identical call once the database answers (writes
+    carry an id fixed before their first attempt, so a repeat of a write that did
+    commit returns its result and writes nothing), or by looking the write up by
+    its id (``write_id``).
+    """
+
+    def __init__(self, message: str, *, write_id: str | None = None) -> None:
+        super().__init__(message)
+        #: The id the write carries (a raw message's or checkpoint's row id, a rein
+        #: save's write id), when it has one.
+        self.write_id = write_id
