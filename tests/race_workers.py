@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+from threading import Barrier
 
 from zett_agent.extensions.compaction import CompactedMessage
 
@@ -11,10 +11,11 @@ from chatledger import SnapshotConflict
 from chatledger.zett import LedgerSessionStorage
 
 
-async def _snapshot_at(dsn: str, session_id: str, boundary: int, start_at: float) -> str:
+async def _snapshot_at(dsn: str, session_id: str, boundary: int, start: Barrier) -> str:
     async with LedgerSessionStorage(dsn) as storage:
         await storage.ledger.ensure_ready()
-        await asyncio.sleep(max(0.0, start_at - time.time()))
+        # Connected and ready: wait for every racer (and the watcher) to be, too.
+        await asyncio.to_thread(start.wait)
         try:
             await storage.snapshot(session_id, CompactedMessage(content=f"through {boundary}"), boundary, 0)
         except SnapshotConflict:
@@ -22,6 +23,7 @@ async def _snapshot_at(dsn: str, session_id: str, boundary: int, start_at: float
         return "ok"
 
 
-def snapshot_at(dsn: str, session_id: str, boundary: int, start_at: float) -> str:
-    """Call ``snapshot`` with expected_version 0 at ``start_at``: "ok" or "conflict"."""
-    return asyncio.run(_snapshot_at(dsn, session_id, boundary, start_at))
+def snapshot_at(dsn: str, session_id: str, boundary: int, start: Barrier) -> str:
+    """Call ``snapshot`` with expected_version 0 once every party has reached ``start``
+    (a manager's barrier): "ok" or "conflict"."""
+    return asyncio.run(_snapshot_at(dsn, session_id, boundary, start))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -36,19 +35,21 @@ async def test_racing_snapshots_one_wins_and_loads_never_see_half(
     for index in range(10):
         await storage.append(session_id, "r", UserMessage(content=f"m{index}"))
     dsn = database.url.render_as_string(hide_password=False)
-    start_at = time.time() + 4.0
     views = []
-
-    async def watch() -> None:
-        while time.time() < start_at + 3.0:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=6, mp_context=context) as pool:
+        # Six racers and this watcher start together, each once connected.
+        start = manager.Barrier(7, timeout=120)
+        futures = [
+            asyncio.wrap_future(pool.submit(snapshot_at, dsn, session_id, 2 + worker, start))
+            for worker in range(6)
+        ]
+        await asyncio.to_thread(start.wait)
+        racing = asyncio.gather(*futures)
+        while not racing.done():
             views.append(await storage.load(session_id))
             await asyncio.sleep(0.005)
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=6, mp_context=context) as pool:
-        futures = [pool.submit(snapshot_at, dsn, session_id, 2 + worker, start_at) for worker in range(6)]
-        await watch()
-        outcomes = [future.result(timeout=120) for future in futures]
+        outcomes = await asyncio.wait_for(racing, 120)
     assert sorted(outcomes) == ["conflict"] * 5 + ["ok"]
     for view in views:
         if view.snapshot is None:
