@@ -1,4 +1,4 @@
-"""A tiny run of the benchmark (``bench/bench.py``, :mod:`chatledger.bench`) on SQLite,
+"""A tiny run of the benchmark (``bench/bench.py``, :mod:`chatledger.tools.bench`) on SQLite,
 so that it keeps working: every measurement runs, the report and its JSON are
 complete, chatledger's concurrent appends come back clean, and nothing is left behind.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from chatledger.bench import CONTENDERS, STORES, BenchReport, Sizes, configure, markdown, run_bench
+from chatledger.tools.bench import CONTENDERS, STORES, BenchReport, Sizes, configure, markdown, run_bench
 
 TINY = Sizes(
     append_rounds=2,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import URL
 
-from chatledger.cli import run
 from chatledger.dsn import DSN_ENV
 from chatledger.migrate import head_revision
+from chatledger.tools.cli import run
 
 from .backends import fresh_name
 from .conftest import Database
@@ -159,7 +159,7 @@ async def test_unknown_revision_is_a_usage_error(tmp_path: Path, capsys: pytest.
 def test_console_script_exit_status(tmp_path: Path) -> None:
     """The installed entry point: exit 1 and one stderr line for a database behind head."""
     dsn = f"sqlite:///{tmp_path / 'script.sqlite3'}"
-    command = [sys.executable, "-c", "import sys; from chatledger.cli import main; sys.exit(main())"]
+    command = [sys.executable, "-c", "import sys; from chatledger.tools.cli import main; sys.exit(main())"]
     done = subprocess.run([*command, "check", "--dsn", dsn], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "chatledger upgrade" in done.stderr and "Traceback" not in done.stderr

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from zett_agent.messages import UserMessage
 
-from chatledger.stress import run_stress
+from chatledger.tools.stress import run_stress
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import serializable_postgres

@@ -9,9 +9,9 @@ import pytest
 from rich.console import Console
 from zett_agent.messages import AssistantMessage, ToolMessage
 
-from chatledger.cli import run
-from chatledger.demo import FIRST_STEPS, SECOND_STEPS, record_demo, render_demo
 from chatledger.dsn import DSN_ENV
+from chatledger.tools.cli import run
+from chatledger.tools.demo import FIRST_STEPS, SECOND_STEPS, record_demo, render_demo
 
 from .conftest import Database
 

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from chatledger.bench import Seeder
+from chatledger.tools.bench import Seeder
 from chatledger.zett import LedgerSessionStorage
 
 #: Raw messages of the checkpointed session, its tail after the checkpoint, and the

@@ -57,8 +57,8 @@ from zett_agent.model import (
 )
 from zett_agent.tools.base import tool
 
-from .dsn import display
-from .zett import LedgerSessionExtension, LedgerSessionStorage
+from ..dsn import display
+from ..zett import LedgerSessionExtension, LedgerSessionStorage
 
 #: System prompt of the demo agent (zett appends it to the raw log on every request).
 SYSTEM_PROMPT = "You are the chatledger demo assistant."

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from .dsn import resolve_dsn
+from ..dsn import resolve_dsn
 
 
 @dataclass
@@ -73,7 +73,7 @@ class WorkerJob:
 async def _work(job: WorkerJob) -> WorkerResult:
     from zett_agent.messages import UserMessage
 
-    from .zett import LedgerSessionStorage
+    from ..zett import LedgerSessionStorage
 
     result = WorkerResult()
     async with LedgerSessionStorage(job.dsn, **job.options) as storage:
@@ -102,7 +102,7 @@ async def verify(dsn: str | URL, results: list[WorkerResult], sessions: list[str
     the rows; a duplicate is a sequence acknowledged twice; lost is an acknowledged
     message whose row is missing or holds another text.
     """
-    from .zett import LedgerSessionStorage
+    from ..zett import LedgerSessionStorage
 
     gaps = duplicates = lost = 0
     acked: dict[tuple[str, int], str] = {}

@@ -72,10 +72,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from .dsn import display, resolve_dsn
-from .engine import Ledger
-from .migrate import upgrade_database
-from .schema import raw_messages_table, sessions_table, snapshots_table
+from ..dsn import display, resolve_dsn
+from ..engine import Ledger
+from ..migrate import upgrade_database
+from ..schema import raw_messages_table, sessions_table, snapshots_table
 
 #: The contenders of the append measurement, in table order.
 CONTENDERS = ("chatledger", "zett", "floor")
@@ -397,7 +397,7 @@ class Store(Protocol):
 def open_store(kind: str, url: URL | str) -> Store:
     """chatledger's ``LedgerSessionStorage`` or zett-agent's ``SQLSessionStorage`` on ``url``."""
     if kind == "chatledger":
-        from .zett import LedgerSessionStorage
+        from ..zett import LedgerSessionStorage
 
         return LedgerSessionStorage(url)
     if kind == "zett":

@@ -28,9 +28,9 @@ from rich.console import Console
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import __version__, migrate
-from .dsn import DSN_ENV, display, resolve_dsn, sqlite_file
-from .errors import ChatledgerError
+from .. import __version__, migrate
+from ..dsn import DSN_ENV, display, resolve_dsn, sqlite_file
+from ..errors import ChatledgerError
 
 #: Exit status of a usage error (argparse uses the same).
 USAGE_ERROR = 2
