@@ -32,10 +32,10 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import validate
-from .engine import Ledger
-from .errors import VersionConflict
-from .schema import rein_sessions_table as _rein
+from .. import validate
+from ..engine import Ledger
+from ..errors import VersionConflict
+from ..schema import rein_sessions_table as _rein
 
 __all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
 
