@@ -47,12 +47,9 @@ import asyncio
 import contextlib
 import functools
 import json
-import multiprocessing
 import os
 import platform
-import queue
 import random
-import re
 import shutil
 import statistics
 import sys
@@ -63,7 +60,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -76,6 +73,7 @@ from ..dsn import display, resolve_dsn
 from ..engine import Ledger
 from ..migrate import upgrade_database
 from ..schema import raw_messages_table, sessions_table, snapshots_table
+from .harness import AppendJob, Store, error_kinds, open_store, run_workers, user_message, verify
 
 #: The contenders of the append measurement, in table order.
 CONTENDERS = ("chatledger", "zett", "floor")
@@ -83,10 +81,6 @@ CONTENDERS = ("chatledger", "zett", "floor")
 STORES = ("chatledger", "zett")
 #: Rows per ``executemany`` while seeding.
 SEED_CHUNK = 2_000
-#: Seconds a worker process waits for the others to be ready before it gives up.
-BARRIER_TIMEOUT = 300.0
-#: Seconds the parent waits for all worker processes of one concurrent run.
-PROCESS_TIMEOUT = 900.0
 #: Seconds of back-to-back repeats of a fast call within one round (see ``measure_calls``).
 REPEAT_BUDGET = 0.05
 MAX_REPEATS = 20
@@ -383,30 +377,6 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
 # -- the stores -----------------------------------------------------------------------
 
 
-class Store(Protocol):
-    """What the benchmark calls on chatledger's storage and on zett's (same names)."""
-
-    async def append(self, session_id: str, request_id: str, message: Any) -> int: ...
-    async def load(self, session_id: str) -> Any: ...
-    async def list_sessions(self, *, limit: int = 100) -> list[Any]: ...
-    async def list_raw_messages(self, session_id: str, *, limit: int = 10_000) -> list[Any]: ...
-    async def count_messages(self, session_id: str) -> int: ...
-    async def close(self) -> None: ...
-
-
-def open_store(kind: str, url: URL | str) -> Store:
-    """chatledger's ``LedgerSessionStorage`` or zett-agent's ``SQLSessionStorage`` on ``url``."""
-    if kind == "chatledger":
-        from ..zett import LedgerSessionStorage
-
-        return LedgerSessionStorage(url)
-    if kind == "zett":
-        from zett_agent.storage import SQLSessionStorage
-
-        return cast(Store, SQLSessionStorage(url))
-    raise ValueError(f"store must be chatledger or zett, not {kind!r}")
-
-
 def _store_engine(store: Store) -> AsyncEngine:
     """The store's own engine, for seeding and statistics."""
     ledger = getattr(store, "ledger", None)
@@ -414,12 +384,6 @@ def _store_engine(store: Store) -> AsyncEngine:
     if not isinstance(engine, AsyncEngine):
         raise TypeError(f"{type(store).__name__} has no AsyncEngine")
     return engine
-
-
-def _user_message(content: str) -> Any:
-    from zett_agent.messages import UserMessage
-
-    return UserMessage(content=content)
 
 
 class Floor:
@@ -524,7 +488,7 @@ class Seeder:
         self.engine = engine
         self.layout = _layout(kind)
         self.base = base
-        self._template = encode_messages([_user_message(f"seeded message {_MARK}")])
+        self._template = encode_messages([user_message(f"seeded message {_MARK}")])
         self._summary = encode_messages([CompactedMessage(content="summary of the seeded messages")])
         self._role = int(MessageKind.USER)
 
@@ -637,7 +601,7 @@ async def measure_appends(
     async def one(name: str) -> float:
         nonlocal counter
         counter += 1
-        message = _user_message(f"benchmark message {counter}")
+        message = user_message(f"benchmark message {counter}")
         start = time.perf_counter()
         await contenders[name](sessions[name], "bench", message)
         return time.perf_counter() - start
@@ -698,142 +662,6 @@ async def measure_calls(
 # -- concurrent appends from many processes -------------------------------------------
 
 
-@dataclass(frozen=True)
-class WorkerJob:
-    """One worker process's orders (pickled into it)."""
-
-    store: str
-    url: str
-    worker: int
-    session: str
-    appends: int
-
-
-@dataclass
-class WorkerOutcome:
-    """What one worker saw: acknowledgements ``(session, sequence, text)``, errors,
-    chatledger's retries, and the wall-clock span of its appends."""
-
-    acked: list[tuple[str, int, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    retries: int | None = None
-    started: float = 0.0
-    finished: float = 0.0
-    fatal: str | None = None
-
-
-async def _work(job: WorkerJob, barrier: Any) -> WorkerOutcome:
-    outcome = WorkerOutcome()
-    store = open_store(job.store, job.url)
-    try:
-        await store.count_messages(job.session)  # connects; zett creates or checks its tables
-        await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
-        outcome.started = time.time()
-        for index in range(job.appends):
-            text_ = f"{job.worker}:{index}"
-            try:
-                sequence = await store.append(job.session, f"worker-{job.worker}", _user_message(text_))
-                outcome.acked.append((job.session, sequence, text_))
-            except Exception as error:  # counted and reported, never hidden
-                outcome.errors.append(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
-        outcome.finished = time.time()
-        ledger = getattr(store, "ledger", None)
-        outcome.retries = ledger.retries if isinstance(ledger, Ledger) else None
-    finally:
-        await store.close()
-    return outcome
-
-
-def _worker(job: WorkerJob, barrier: Any, results: Any) -> None:
-    """A worker process: run the job, put ``(worker, outcome)`` on ``results``."""
-    try:
-        outcome = asyncio.run(_work(job, barrier))
-    except BaseException as error:
-        barrier.abort()  # the others stop waiting for this one
-        outcome = WorkerOutcome(fatal=f"{type(error).__name__}: {error}")
-    results.put((job.worker, outcome))
-
-
-def run_processes(jobs: Sequence[WorkerJob]) -> list[WorkerOutcome]:
-    """Run one process per job (spawned, so each has its own engine and pool); they
-    start appending together, once every one has connected. Blocks."""
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(len(jobs))
-    results = context.Queue()
-    processes = [context.Process(target=_worker, args=(job, barrier, results)) for job in jobs]
-    for process in processes:
-        process.start()
-    outcomes: dict[int, WorkerOutcome] = {}
-    try:
-        deadline = time.monotonic() + PROCESS_TIMEOUT
-        while len(outcomes) < len(jobs):
-            try:
-                worker, outcome = results.get(timeout=1.0)
-                outcomes[worker] = outcome
-                continue
-            except queue.Empty:
-                pass
-            dead = [
-                f"worker {job.worker} exited with {process.exitcode}"
-                for job, process in zip(jobs, processes, strict=True)
-                if job.worker not in outcomes and process.exitcode not in (None, 0)
-            ]
-            if dead or time.monotonic() > deadline:
-                barrier.abort()  # release the workers still waiting for the dead one
-                raise RuntimeError(
-                    f"worker processes failed: {dead[0]} (see its stderr)"
-                    if dead
-                    else f"worker processes did not finish within {PROCESS_TIMEOUT} s"
-                )
-    finally:
-        for process in processes:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=10)
-    fatal = [outcome.fatal for outcome in outcomes.values() if outcome.fatal]
-    if fatal:
-        raise RuntimeError(f"{len(fatal)} worker process(es) failed: {fatal[0]}")
-    return [outcomes[job.worker] for job in jobs]
-
-
-async def verify(
-    store: Store, outcomes: Sequence[WorkerOutcome], sessions: Sequence[str]
-) -> tuple[int, int, int]:
-    """Read the sessions back: ``(gaps, duplicates, lost)``. A gap is a sequence
-    missing below the highest; a duplicate a sequence stored or acknowledged twice;
-    lost an acknowledged message whose row is missing or holds another text."""
-    acked: dict[tuple[str, int], str] = {}
-    duplicates = 0
-    for outcome in outcomes:
-        for session, sequence, content in outcome.acked:
-            duplicates += (session, sequence) in acked
-            acked[(session, sequence)] = content
-    gaps = lost = 0
-    for session in sessions:
-        records = await store.list_raw_messages(session, limit=10**9)
-        stored = {record.sequence: getattr(record.message, "content", None) for record in records}
-        duplicates += len(records) - len(stored)
-        gaps += len(set(range(1, max(stored, default=0) + 1)) - stored.keys())
-        lost += sum(
-            1
-            for (where, sequence), content in acked.items()
-            if where == session and stored.get(sequence) != content
-        )
-    return gaps, duplicates, lost
-
-
-def error_kinds(errors: Iterable[str], most: int = 5) -> dict[str, int]:
-    """The ``most`` commonest kinds of error: each message cut before its SQL or
-    detail, with session ids and numbers masked, and how often it occurred."""
-    counts: dict[str, int] = {}
-    for error in errors:
-        kind = re.split(r" \[SQL| DETAIL", error, maxsplit=1)[0]
-        kind = re.sub(r"\b\d+\b", "N", re.sub(r"conc-[0-9a-f]{8}-\w+", "<session>", kind))[:200]
-        counts[kind] = counts.get(kind, 0) + 1
-    return dict(sorted(counts.items(), key=lambda item: -item[1])[:most])
-
-
 async def measure_concurrent(
     kind: str, url: URL, processes: int, appends: int, shared: bool
 ) -> ConcurrentStats:
@@ -843,13 +671,13 @@ async def measure_concurrent(
     sessions = [f"conc-{run}-shared"] if shared else [f"conc-{run}-{worker}" for worker in range(processes)]
     rendered = url.render_as_string(hide_password=False)
     jobs = [
-        WorkerJob(kind, rendered, worker, sessions[0 if shared else worker], appends)
+        AppendJob(kind, rendered, worker, (sessions[0 if shared else worker],), appends)
         for worker in range(processes)
     ]
-    outcomes = await asyncio.to_thread(run_processes, jobs)
+    outcomes = await asyncio.to_thread(run_workers, jobs)
     store = open_store(kind, url)
     try:
-        gaps, duplicates, lost = await verify(store, outcomes, sessions)
+        tally = await verify(store, outcomes, sessions)
     finally:
         await store.close()
     acknowledged = sum(len(outcome.acked) for outcome in outcomes)
@@ -863,9 +691,9 @@ async def measure_concurrent(
         acknowledged=acknowledged,
         errors=len(errors),
         retries=sum(retries) if retries else None,
-        gaps=gaps,
-        duplicates=duplicates,
-        lost=lost,
+        gaps=tally.gaps,
+        duplicates=tally.duplicates,
+        lost=tally.lost,
         seconds=seconds,
         per_second=acknowledged / seconds if seconds > 0 else 0.0,
         error_kinds=error_kinds(errors),
