@@ -3,15 +3,24 @@
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
 written against zett's store keeps working. What zett keeps too narrow is widened
-(see :mod:`chatledger.types`), and the session row gains the counter and version
-columns that make the store safe to share:
+(see :mod:`chatledger.types`), and the session row gains the counter, version and
+generation columns that make the store safe to share:
 
-* ``last_sequence`` -- the last raw-log sequence allocated; an append advances it
-  in the same transaction that inserts the message, so sequences run 1, 2, 3...
-  with no gap or duplicate, and it doubles as the message count.
+* ``last_sequence`` -- the last raw-log sequence allocated for the id; an append
+  advances it in the same transaction that inserts the message, so sequences run
+  ``base_sequence + 1``, ``+ 2``... with no gap or duplicate.
 * ``snapshot_version`` / ``compacted_through_sequence`` -- the current checkpoint,
   advanced by compare-and-set on ``snapshot_version``.
 * ``fields_version`` -- optimistic version of the mutable fields (title, agent name).
+* ``deleted_at`` -- the tombstone: a deleted session keeps its counter row, with its
+  content erased and this set, so that no version or sequence of the id is ever
+  valid again (a late append or a stale checkpoint cannot revive it).
+* ``base_sequence`` -- the last sequence of the id's earlier generations (0 for the
+  first); ``create_session`` on a tombstone starts a new generation numbered from
+  ``base_sequence + 1``. The message count is ``last_sequence - base_sequence``.
+
+``rein_sessions`` keeps the same rule: a deleted rein session is a row whose
+``session_json`` is NULL, and its ``version`` goes on counting after it.
 
 Plain Core tables: nothing here is mapped to classes, and every default the
 database fills in is a ``server_default`` (the migrations create the same).
@@ -58,6 +67,9 @@ sessions_table = Table(
     Column("fields_version", BigInt, nullable=False, server_default="1"),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # When the session was deleted (UTC); NULL while it lives. See the module docstring.
+    Column("deleted_at", UTCDateTime, nullable=True),
+    Column("base_sequence", BigInt, nullable=False, server_default="0"),
     # list_sessions: newest activity first, ties broken by id.
     Index("ix_agent_sessions_activity", "updated_at", "id"),
     CheckConstraint("last_sequence >= compacted_through_sequence", name="boundary_within_log"),
@@ -121,8 +133,13 @@ rein_sessions_table = Table(
     "rein_sessions",
     metadata,
     Column("id", Id, primary_key=True),
+    # 1 after the first save, +1 per save and per delete, never reset for the id.
     Column("version", BigInt, nullable=False),
-    Column("session_json", LongText, nullable=False),
+    # NULL: the tombstone of a deleted session.
+    Column("session_json", LongText, nullable=True),
+    # The id of the save that last wrote the row (a UUIDv7 fixed before its first
+    # attempt), so that a save whose commit was not acknowledged can be looked up.
+    Column("write_id", String(36), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_rein_sessions_activity", "updated_at", "id"),
