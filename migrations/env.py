@@ -18,12 +18,12 @@ from sqlalchemy.engine import Connection
 
 from chatledger.dsn import resolve_dsn
 from chatledger.migrate import run_on_connection
-from chatledger.schema import Base
+from chatledger.schema import metadata
 
 config = context.config
 if config.config_file_name is not None:  # the alembic command line: alembic.ini's logging
     fileConfig(config.config_file_name, disable_existing_loggers=False)
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def run_migrations(connection: Connection) -> None:

@@ -32,7 +32,7 @@ from chatledger.migrate import (
     run_on_connection,
     upgrade_database,
 )
-from chatledger.schema import Base
+from chatledger.schema import metadata
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import fresh_name
@@ -42,7 +42,7 @@ REPO_ROOT = Path(__file__).parents[1]
 ALEMBIC = Path(sys.executable).parent / "alembic"
 #: Alembic keeps its revision here; downgrade to base leaves the (empty) table.
 VERSION_TABLE = "alembic_version"
-SCHEMA_TABLES = set(Base.metadata.tables)
+SCHEMA_TABLES = set(metadata.tables)
 
 
 @pytest.fixture
@@ -70,9 +70,9 @@ async def on_connection(url: URL, work: Any) -> Any:
 
 
 def drift(connection: Connection) -> list[Any]:
-    """What ``alembic check`` compares: the database against the ORM metadata."""
+    """What ``alembic check`` compares: the database against the schema's metadata."""
     context = MigrationContext.configure(connection, opts={"compare_type": True})
-    return list(compare_metadata(context, Base.metadata))
+    return list(compare_metadata(context, metadata))
 
 
 def table_names(connection: Connection) -> set[str]:

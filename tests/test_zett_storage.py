@@ -35,7 +35,7 @@ from zett_agent.messages import (
 from zett_agent.model import ModelUsage
 from zett_agent.storage import MessageKind
 
-from chatledger import SnapshotConflict, VersionConflict
+from chatledger import SessionDeleted, SnapshotConflict, VersionConflict
 from chatledger.schema import raw_messages_table, sessions_table, snapshots_table
 from chatledger.types import MAX_ID_LENGTH
 from chatledger.zett import LedgerSessionStorage
@@ -775,9 +775,12 @@ async def test_delete_session(storage: LedgerSessionStorage, session_id: str) ->
     assert await snapshot_rows(storage, session_id) == 0
     view = await storage.load(session_id)
     assert view.snapshot is None and view.raw_tail == []
-    # The id can be used again, from sequence 1.
-    assert await storage.append(session_id, "r", UserMessage(content="again")) == 1
-    assert (await storage.snapshot(session_id, summary_of("again"), 1, 0)).version == 1
+    # A late append does not revive it; creating it again does, numbering on from 3.
+    with pytest.raises(SessionDeleted, match="create_session"):
+        await storage.append(session_id, "r", UserMessage(content="late"))
+    await storage.create_session(session_id=session_id)
+    assert await storage.append(session_id, "r", UserMessage(content="again")) == 4
+    assert (await storage.snapshot(session_id, summary_of("again"), 4, 0)).version == 1
 
 
 async def test_list_sessions(storage: LedgerSessionStorage, session_id: str) -> None:

@@ -4,7 +4,8 @@ Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
 SQLAlchemy's dialect name: the append (sequence allocation and insert), the transient error
 codes that are safe to retry, the options of a snapshot-consistent read, the
-rein-session upsert, and the connection set-up of SQLite.
+rein-session upsert, the greater of two instants (``updated_at`` never moves back),
+and the connection set-up of SQLite.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, event, func, select
+from sqlalchemy import ColumnElement, bindparam, case, event, func, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -26,14 +27,18 @@ from .schema import raw_messages_table, rein_sessions_table, sessions_table
 #: Appends one raw message: allocates the next sequence of its session on the counter
 #: row (creating the session on its first append) and inserts the message with it, in
 #: the caller's transaction. Returns the sequence, or ``None`` (nothing written) when
-#: the stored parent differs from the given one. Arguments: the connection, the
-#: session row's values, the message row without ``sequence``, and the time now.
+#: the stored parent differs from the given one or the session is a tombstone (the
+#: caller reads the row to tell which). Arguments: the connection, the session row's
+#: values, the message row without ``sequence``, and the time now.
 Appender = Callable[[AsyncConnection, dict[str, Any], dict[str, Any], datetime], Awaitable[int | None]]
 
-#: Saves one rein session row (``id``, ``session_json``, ``created_at``, ``updated_at``)
-#: in one race-free statement and returns its new version: 1 when inserted, the old
-#: version + 1 when overwritten. With ``only_if_absent`` an existing row is left alone
-#: and ``None`` is returned.
+#: Saves one rein session row (``id``, ``session_json``, ``write_id``, ``created_at``,
+#: ``updated_at``) in one race-free statement and returns its new version: 1 when
+#: inserted, the stored version + 1 when it overwrites a row (a live session or a
+#: tombstone, whose versions the id goes on counting after). With ``only_if_absent``
+#: a live session is left alone and ``None`` is returned; a tombstone counts as absent.
+#: ``updated_at`` becomes the later of the stored and the given instant; ``created_at``
+#: is kept, but on a tombstone, where the save starts the id anew.
 ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | None]]
 
 
@@ -50,6 +55,7 @@ _SESSION_BINDS = (
 )
 _SESSION_START = {
     "last_sequence": 1,
+    "base_sequence": 0,
     "snapshot_version": 0,
     "compacted_through_sequence": 0,
     "fields_version": 1,
@@ -70,20 +76,25 @@ def _session_row(insert: Callable[..., Any], last_sequence: Any = None) -> Any:
     return insert(table).values(values)
 
 
-def _counter_upsert(insert: Callable[..., Any]) -> Any:
+def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) -> Any:
     """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE`` on the counter row,
     ``RETURNING`` the new sequence.
 
     The conflict clause takes the row lock, so concurrent appenders to one session
-    queue behind each other's transaction; its WHERE leaves the row alone (and
-    returns nothing) when the parent does not match.
+    queue behind each other's transaction (and behind a delete, which updates the
+    row first); its WHERE leaves the row alone (and returns nothing) when the parent
+    does not match or the session is a tombstone.
     """
     table = sessions_table
     statement = _session_row(insert)
     return statement.on_conflict_do_update(
         index_elements=[table.c.id],
-        set_={"last_sequence": table.c.last_sequence + 1, "updated_at": statement.excluded.updated_at},
-        where=table.c.parent_session_id.is_not_distinct_from(statement.excluded.parent_session_id),
+        set_={
+            "last_sequence": table.c.last_sequence + 1,
+            "updated_at": greatest(table.c.updated_at, statement.excluded.updated_at),
+        },
+        where=table.c.parent_session_id.is_not_distinct_from(statement.excluded.parent_session_id)
+        & table.c.deleted_at.is_(None),
     ).returning(table.c.last_sequence)
 
 
@@ -101,26 +112,31 @@ _POSTGRESQL_APPEND = (
         [*_MESSAGE_COLUMNS, "sequence"],
         select(
             *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in _MESSAGE_COLUMNS),
-            (counter := _counter_upsert(postgresql.insert).cte("counter")).c.last_sequence,
+            (counter := _counter_upsert(postgresql.insert, func.greatest).cte("counter")).c.last_sequence,
         ),
     )
     .returning(raw_messages_table.c.sequence)
 )
-_SQLITE_COUNTER = _counter_upsert(sqlite.insert)
+# SQLite's scalar max() with two arguments is GREATEST.
+_SQLITE_COUNTER = _counter_upsert(sqlite.insert, func.max)
 
 
 def _mysql_counter() -> Any:
     """MySQL: ``INSERT .. ON DUPLICATE KEY UPDATE`` on the counter row, the new sequence
-    handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch)."""
+    handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch or a tombstone).
+
+    A refused append leaves ``updated_at`` advanced too: the caller raises, which
+    rolls the transaction back."""
     table = sessions_table
     statement = _session_row(mysql.insert, last_sequence=func.last_insert_id(1))
     return statement.on_duplicate_key_update(
         last_sequence=func.if_(
-            table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id),
+            table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
+            & table.c.deleted_at.is_(None),
             func.last_insert_id(table.c.last_sequence + 1),
             table.c.last_sequence + func.last_insert_id(0),
         ),
-        updated_at=statement.inserted.updated_at,
+        updated_at=func.greatest(table.c.updated_at, statement.inserted.updated_at),
     )
 
 
@@ -137,7 +153,8 @@ async def _append_postgresql(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
     """PostgreSQL: one statement, a data-modifying CTE. The counter upsert feeds the
-    message INSERT .. SELECT; on a parent mismatch the CTE is empty, so is the insert."""
+    message INSERT .. SELECT; on a parent mismatch or a tombstone the CTE is empty, so
+    is the insert."""
     result = await conn.execute(_POSTGRESQL_APPEND, _append_params(values, row, now))
     sequence: int | None = result.scalar_one_or_none()
     return sequence
@@ -161,8 +178,9 @@ async def _append_mysql(
     on the counter row, then the insert.
 
     ``LAST_INSERT_ID(expr)`` hands the new counter value back in the OK packet, so
-    the allocation costs one round trip. On a parent mismatch the counter is left
-    as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real sequence is.
+    the allocation costs one round trip. On a parent mismatch or a tombstone the
+    counter is left as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real
+    sequence is.
     """
     params = _append_params(values, row, now)
     sequence = (await conn.execute(_MYSQL_COUNTER, params)).lastrowid
@@ -173,57 +191,82 @@ async def _append_mysql(
 
 
 async def _save_rein_returning(
-    insert: Callable[..., Any], conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
+    insert: Callable[..., Any],
+    greatest: Callable[..., Any],
+    conn: AsyncConnection,
+    values: dict[str, Any],
+    only_if_absent: bool,
 ) -> int | None:
-    """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE / DO NOTHING .. RETURNING``.
+    """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE .. RETURNING``; with
+    ``only_if_absent`` the update's WHERE admits only a tombstone.
 
     The conflict clause takes the row lock, so concurrent first saves of one id never
     raise a duplicate-key error: one inserts, the others overwrite after it.
     """
     table = rein_sessions_table
     statement = insert(table).values({**values, "version": 1})
-    if only_if_absent:
-        statement = statement.on_conflict_do_nothing(index_elements=[table.c.id])
-    else:
-        statement = statement.on_conflict_do_update(
-            index_elements=[table.c.id],
-            set_={
-                "version": table.c.version + 1,
-                "session_json": statement.excluded.session_json,
-                "updated_at": statement.excluded.updated_at,
-            },
-        )
+    new = statement.excluded
+    tombstone = table.c.session_json.is_(None)
+    statement = statement.on_conflict_do_update(
+        index_elements=[table.c.id],
+        set_={
+            "version": table.c.version + 1,
+            "session_json": new.session_json,
+            "write_id": new.write_id,
+            "created_at": case((tombstone, new.created_at), else_=table.c.created_at),
+            "updated_at": greatest(table.c.updated_at, new.updated_at),
+        },
+        where=tombstone if only_if_absent else None,
+    )
     return (await conn.execute(statement.returning(table.c.version))).scalar_one_or_none()
 
 
 async def _save_rein_postgresql(
     conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
 ) -> int | None:
-    return await _save_rein_returning(postgresql.insert, conn, values, only_if_absent)
+    return await _save_rein_returning(postgresql.insert, func.greatest, conn, values, only_if_absent)
 
 
 async def _save_rein_sqlite(
     conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
 ) -> int | None:
-    return await _save_rein_returning(sqlite.insert, conn, values, only_if_absent)
+    return await _save_rein_returning(sqlite.insert, func.max, conn, values, only_if_absent)
 
 
 async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
     """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``,
     as :func:`_append_mysql` does: the new version comes back in the OK
-    packet, and 0 (no real version) reports a row left alone."""
+    packet, and 0 (no real version) reports a row left alone.
+
+    MySQL runs the assignments left to right, each seeing the ones before it, so
+    ``session_json``, which says whether the stored row is a tombstone, is assigned last.
+    """
     table = rein_sessions_table
     statement = mysql.insert(table).values({**values, "version": func.last_insert_id(1)})
-    if only_if_absent:
-        statement = statement.on_duplicate_key_update(version=table.c.version + func.last_insert_id(0))
-    else:
-        statement = statement.on_duplicate_key_update(
-            version=func.last_insert_id(table.c.version + 1),
-            session_json=statement.inserted.session_json,
-            updated_at=statement.inserted.updated_at,
+    new = statement.inserted
+    tombstone = table.c.session_json.is_(None)
+
+    def written(value: Any, stored: Any) -> Any:
+        return func.if_(tombstone, value, stored) if only_if_absent else value
+
+    version = (
+        func.if_(
+            tombstone, func.last_insert_id(table.c.version + 1), table.c.version + func.last_insert_id(0)
         )
-    version = (await conn.execute(statement)).lastrowid
-    return int(version) if version else None
+        if only_if_absent
+        else func.last_insert_id(table.c.version + 1)
+    )
+    statement = statement.on_duplicate_key_update(
+        [
+            ("created_at", func.if_(tombstone, new.created_at, table.c.created_at)),
+            ("write_id", written(new.write_id, table.c.write_id)),
+            ("updated_at", written(func.greatest(table.c.updated_at, new.updated_at), table.c.updated_at)),
+            ("version", version),
+            ("session_json", written(new.session_json, table.c.session_json)),
+        ]
+    )
+    saved = (await conn.execute(statement)).lastrowid
+    return int(saved) if saved else None
 
 
 @dataclass(frozen=True)
@@ -234,6 +277,9 @@ class DialectRules:
     append_message: Appender
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver
+    #: The greater of its arguments, in one SQL expression (NULL if any is NULL):
+    #: ``GREATEST``, or SQLite's scalar, multi-argument ``max()``.
+    greatest: Callable[..., ColumnElement[Any]]
     #: Driver error codes of failures that roll the whole transaction back and are
     #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
     transient_codes: frozenset[str | int]
@@ -260,11 +306,18 @@ class DialectRules:
     #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
     driver_extra: str = ""
 
+    def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
+        """The later of a stored instant and ``now``, computed in the statement: what an
+        ``updated_at`` is set to, so that it never moves back, whatever the writer's
+        clock says or however long its retries took."""
+        return self.greatest(stored, bindparam(None, now, type_=stored.type), type_=stored.type)
+
 
 RULES: dict[str, DialectRules] = {
     "postgresql": DialectRules(
         append_message=_append_postgresql,
         save_rein_session=_save_rein_postgresql,
+        greatest=func.greatest,
         # serialization_failure, deadlock_detected
         transient_codes=frozenset({"40001", "40P01"}),
         # SQLSTATE class 08 (connection exceptions), too_many_connections,
@@ -283,6 +336,7 @@ RULES: dict[str, DialectRules] = {
     "mysql": DialectRules(
         append_message=_append_mysql,
         save_rein_session=_save_rein_mysql,
+        greatest=func.greatest,
         # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
         transient_codes=frozenset({1213, 1205}),
         # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
@@ -301,6 +355,7 @@ RULES: dict[str, DialectRules] = {
     "sqlite": DialectRules(
         append_message=_append_sqlite,
         save_rein_session=_save_rein_sqlite,
+        greatest=func.max,
         # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.

@@ -3,24 +3,34 @@
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
 written against zett's store keeps working. What zett keeps too narrow is widened
-(see :mod:`chatledger.types`), and the session row gains the counter and version
-columns that make the store safe to share:
+(see :mod:`chatledger.types`), and the session row gains the counter, version and
+generation columns that make the store safe to share:
 
-* ``last_sequence`` -- the last raw-log sequence allocated; an append advances it
-  in the same transaction that inserts the message, so sequences run 1, 2, 3...
-  with no gap or duplicate, and it doubles as the message count.
+* ``last_sequence`` -- the last raw-log sequence allocated for the id; an append
+  advances it in the same transaction that inserts the message, so sequences run
+  ``base_sequence + 1``, ``+ 2``... with no gap or duplicate.
 * ``snapshot_version`` / ``compacted_through_sequence`` -- the current checkpoint,
   advanced by compare-and-set on ``snapshot_version``.
 * ``fields_version`` -- optimistic version of the mutable fields (title, agent name).
+* ``deleted_at`` -- the tombstone: a deleted session keeps its counter row, with its
+  content erased and this set, so that no version or sequence of the id is ever
+  valid again (a late append or a stale checkpoint cannot revive it).
+* ``base_sequence`` -- the last sequence of the id's earlier generations (0 for the
+  first); ``create_session`` on a tombstone starts a new generation numbered from
+  ``base_sequence + 1``. The message count is ``last_sequence - base_sequence``.
+
+``rein_sessions`` keeps the same rule: a deleted rein session is a row whose
+``session_json`` is NULL, and its ``version`` goes on counting after it.
+
+Plain Core tables: nothing here is mapped to classes, and every default the
+database fills in is a ``server_default`` (the migrations create the same).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import cast
+from typing import Any
 
-from sqlalchemy import CheckConstraint, Index, Integer, MetaData, String, Table
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import CheckConstraint, Column, Index, Integer, MetaData, String, Table
 
 from .types import BigInt, Id, LongText, UTCDateTime
 
@@ -33,114 +43,105 @@ NAMING_CONVENTION = {
 }
 
 #: Table options for MySQL/MariaDB: InnoDB (transactions, row locks) and full UTF-8.
-MYSQL_TABLE_ARGS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+MYSQL_TABLE_ARGS: dict[str, Any] = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
 
+#: The chatledger schema, the target of ``alembic check`` and autogenerate.
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
-class Base(DeclarativeBase):
-    """Declarative base of the chatledger schema."""
+#: One conversation: its sequence counter row, checkpoint pointer and generation.
+sessions_table = Table(
+    "agent_sessions",
+    metadata,
+    Column("id", Id, primary_key=True),
+    Column("parent_session_id", Id, nullable=True),
+    Column("session_type", Integer, nullable=False, server_default="0"),
+    Column("title", String(200), nullable=True),
+    Column("agent_name", String(64), nullable=True),
+    Column("last_sequence", BigInt, nullable=False, server_default="0"),
+    Column("snapshot_version", BigInt, nullable=False, server_default="0"),
+    Column("compacted_through_sequence", BigInt, nullable=False, server_default="0"),
+    Column("fields_version", BigInt, nullable=False, server_default="1"),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # When the session was deleted (UTC); NULL while it lives. See the module docstring.
+    Column("deleted_at", UTCDateTime, nullable=True),
+    Column("base_sequence", BigInt, nullable=False, server_default="0"),
+    # list_sessions: newest activity first, ties broken by id.
+    Index("ix_agent_sessions_activity", "updated_at", "id"),
+    CheckConstraint("last_sequence >= compacted_through_sequence", name="boundary_within_log"),
+    **MYSQL_TABLE_ARGS,
+)
 
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-class AgentSession(Base):
-    """One conversation and its sequence counter row."""
-
-    __tablename__ = "agent_sessions"
-    __table_args__ = (
-        # list_sessions: newest activity first, ties broken by id.
-        Index("ix_agent_sessions_activity", "updated_at", "id"),
-        CheckConstraint("last_sequence >= compacted_through_sequence", name="boundary_within_log"),
-        MYSQL_TABLE_ARGS,
-    )
-
-    id: Mapped[str] = mapped_column(Id, primary_key=True)
-    parent_session_id: Mapped[str | None] = mapped_column(Id)
-    session_type: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    title: Mapped[str | None] = mapped_column(String(200))
-    agent_name: Mapped[str | None] = mapped_column(String(64))
-    last_sequence: Mapped[int] = mapped_column(BigInt, default=0, server_default="0")
-    snapshot_version: Mapped[int] = mapped_column(BigInt, default=0, server_default="0")
-    compacted_through_sequence: Mapped[int] = mapped_column(BigInt, default=0, server_default="0")
-    fields_version: Mapped[int] = mapped_column(BigInt, default=1, server_default="1")
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-
-
-class RawMessage(Base):
-    """One immutable original message; ``role`` is zett's numeric ``MessageKind``."""
-
-    __tablename__ = "raw_messages"
-    __table_args__ = (
-        # The tail read: WHERE session_id = ? AND sequence > ? ORDER BY sequence.
-        Index("ux_raw_session_sequence", "session_id", "sequence", unique=True),
-        MYSQL_TABLE_ARGS,
-    )
-
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    session_id: Mapped[str] = mapped_column(Id)
-    request_id: Mapped[str] = mapped_column(Id)
-    sequence: Mapped[int] = mapped_column(BigInt)
-    role: Mapped[int] = mapped_column(Integer)
+#: One immutable original message; ``role`` is zett's numeric ``MessageKind``.
+raw_messages_table = Table(
+    "raw_messages",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("session_id", Id, nullable=False),
+    Column("request_id", Id, nullable=False),
+    Column("sequence", BigInt, nullable=False),
+    Column("role", Integer, nullable=False),
     # Plain text of the message, for SQL readers; message_json is authoritative.
-    content: Mapped[str] = mapped_column(LongText)
-    tool_name: Mapped[str | None] = mapped_column(String(200))
-    message_json: Mapped[str] = mapped_column(LongText)
-    metadata_json: Mapped[str] = mapped_column(LongText)
-    tags_json: Mapped[str] = mapped_column(LongText)
-    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    completed_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    duration_ns: Mapped[int] = mapped_column(BigInt)
-    reasoning_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    reasoning_completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    reasoning_duration_ns: Mapped[int | None] = mapped_column(BigInt)
-    content_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    content_completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    content_duration_ns: Mapped[int | None] = mapped_column(BigInt)
-    input_tokens: Mapped[int | None] = mapped_column(BigInt)
-    output_tokens: Mapped[int | None] = mapped_column(BigInt)
-    cache_read_tokens: Mapped[int | None] = mapped_column(BigInt)
-    cache_write_tokens: Mapped[int | None] = mapped_column(BigInt)
-    reasoning_tokens: Mapped[int | None] = mapped_column(BigInt)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    Column("content", LongText, nullable=False),
+    Column("tool_name", String(200), nullable=True),
+    Column("message_json", LongText, nullable=False),
+    Column("metadata_json", LongText, nullable=False),
+    Column("tags_json", LongText, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("completed_at", UTCDateTime, nullable=False),
+    Column("duration_ns", BigInt, nullable=False),
+    Column("reasoning_started_at", UTCDateTime, nullable=True),
+    Column("reasoning_completed_at", UTCDateTime, nullable=True),
+    Column("reasoning_duration_ns", BigInt, nullable=True),
+    Column("content_started_at", UTCDateTime, nullable=True),
+    Column("content_completed_at", UTCDateTime, nullable=True),
+    Column("content_duration_ns", BigInt, nullable=True),
+    Column("input_tokens", BigInt, nullable=True),
+    Column("output_tokens", BigInt, nullable=True),
+    Column("cache_read_tokens", BigInt, nullable=True),
+    Column("cache_write_tokens", BigInt, nullable=True),
+    Column("reasoning_tokens", BigInt, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # The tail read: WHERE session_id = ? AND sequence > ? ORDER BY sequence.
+    Index("ux_raw_session_sequence", "session_id", "sequence", unique=True),
+    **MYSQL_TABLE_ARGS,
+)
 
+#: One immutable checkpoint: a summary replacing the raw messages through
+#: ``compacted_through_sequence``.
+snapshots_table = Table(
+    "session_snapshots",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("session_id", Id, nullable=False),
+    Column("version", BigInt, nullable=False),
+    Column("compacted_through_sequence", BigInt, nullable=False),
+    Column("message_json", LongText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ux_snapshot_session_version", "session_id", "version", unique=True),
+    **MYSQL_TABLE_ARGS,
+)
 
-class SessionSnapshot(Base):
-    """One immutable checkpoint: a summary replacing raw messages 1..compacted_through_sequence."""
-
-    __tablename__ = "session_snapshots"
-    __table_args__ = (
-        Index("ux_snapshot_session_version", "session_id", "version", unique=True),
-        MYSQL_TABLE_ARGS,
-    )
-
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    session_id: Mapped[str] = mapped_column(Id)
-    version: Mapped[int] = mapped_column(BigInt)
-    compacted_through_sequence: Mapped[int] = mapped_column(BigInt)
-    message_json: Mapped[str] = mapped_column(LongText)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-
-
-class ReinSession(Base):
-    """One whole rein-agent ``Session`` as JSON, with an optimistic version."""
-
-    __tablename__ = "rein_sessions"
-    __table_args__ = (
-        Index("ix_rein_sessions_activity", "updated_at", "id"),
-        MYSQL_TABLE_ARGS,
-    )
-
-    id: Mapped[str] = mapped_column(Id, primary_key=True)
-    version: Mapped[int] = mapped_column(BigInt)
-    session_json: Mapped[str] = mapped_column(LongText)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
-
-
-#: The tables as Core ``Table`` objects, for the statements of the stores.
-sessions_table = cast(Table, AgentSession.__table__)
-raw_messages_table = cast(Table, RawMessage.__table__)
-snapshots_table = cast(Table, SessionSnapshot.__table__)
-rein_sessions_table = cast(Table, ReinSession.__table__)
+#: One whole rein-agent ``Session`` as JSON, with an optimistic version.
+rein_sessions_table = Table(
+    "rein_sessions",
+    metadata,
+    Column("id", Id, primary_key=True),
+    # 1 after the first save, +1 per save and per delete, never reset for the id.
+    Column("version", BigInt, nullable=False),
+    # NULL: the tombstone of a deleted session.
+    Column("session_json", LongText, nullable=True),
+    # The id of the save that last wrote the row (a UUIDv7 fixed before its first
+    # attempt), so that a save whose commit was not acknowledged can be looked up.
+    Column("write_id", String(36), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_rein_sessions_activity", "updated_at", "id"),
+    **MYSQL_TABLE_ARGS,
+)

@@ -28,13 +28,14 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 from rein.session import Session
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import validate
 from ..engine import Ledger
 from ..errors import VersionConflict
+from ..ids import new_uuid7
 from ..schema import rein_sessions_table as _rein
 
 __all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
@@ -46,7 +47,7 @@ class VersionedSession(NamedTuple):
     """A stored rein session and the version it was read at (for ``expected_version``)."""
 
     session: Session
-    #: 1 after the first save, +1 per save since.
+    #: 1 after the id's first save, +1 per save and per delete since (never reset).
     version: int
 
 
@@ -55,11 +56,11 @@ class ReinSessionInfo:
     """One row of :meth:`LedgerSessionStore.list_sessions`; no session JSON is read."""
 
     id: str
-    #: Saves so far: 1 after the first, +1 per save since.
+    #: 1 after the id's first save, +1 per save and per delete since (never reset).
     version: int
-    #: When the first save inserted the row (UTC, timezone-aware).
+    #: When the session's first save wrote it (the first since a delete; UTC, timezone-aware).
     created_at: datetime
-    #: When the last save wrote it (UTC, timezone-aware).
+    #: When the last save wrote it (UTC, timezone-aware); never moves back.
     updated_at: datetime
 
 
@@ -70,6 +71,10 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+#: A row that holds a session; NULL ``session_json`` is the tombstone of a deleted one.
+_live = _rein.c.session_json.is_not(None)
+
+
 def _decode(id: str, session_json: str) -> Session:
     try:
         return Session.model_validate_json(session_json)
@@ -77,42 +82,72 @@ def _decode(id: str, session_json: str) -> Session:
         raise ValueError(f"rein session {id!r} is stored as invalid session JSON: {error}") from None
 
 
+def _settle_save(id: str, write_id: str) -> Callable[[AsyncConnection], Coroutine[Any, Any, int | None]]:
+    """Looks a save up by its write id: the version it wrote while no later write has
+    replaced it, else ``None``."""
+
+    async def settle(conn: AsyncConnection) -> int | None:
+        version: int | None = await conn.scalar(
+            select(_rein.c.version).where(_rein.c.id == id, _rein.c.write_id == write_id)
+        )
+        return version
+
+    return settle
+
+
 async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None) -> int:
     await ledger.check_statement_size("session", session_json)
-    now = _now()
-    values = {"id": id, "session_json": session_json, "created_at": now, "updated_at": now}
+    # Fixed before the first attempt: a retry after a commit that was not acknowledged
+    # finds the row this save wrote (see Ledger.write's settle).
+    write_id = new_uuid7()
+    latest = ledger.rules.latest
 
     async def work(conn: AsyncConnection) -> int:
+        now = _now()
         if expected is None or expected == 0:
+            values = {
+                "id": id,
+                "session_json": session_json,
+                "write_id": write_id,
+                "created_at": now,
+                "updated_at": now,
+            }
             version = await ledger.rules.save_rein_session(conn, values, expected == 0)
             if version is not None:
                 return version
         else:
             changed = await conn.execute(
                 update(_rein)
-                .where(_rein.c.id == id, _rein.c.version == expected)
-                .values(version=_rein.c.version + 1, session_json=session_json, updated_at=now)
+                .where(_rein.c.id == id, _rein.c.version == expected, _live)
+                .values(
+                    version=_rein.c.version + 1,
+                    session_json=session_json,
+                    write_id=write_id,
+                    updated_at=latest(_rein.c.updated_at, now),
+                )
             )
             if changed.rowcount == 1:
                 return expected + 1
-        current = await conn.scalar(select(_rein.c.version).where(_rein.c.id == id))
-        if current is None:
+        current = (
+            await conn.execute(select(_rein.c.version, _live.label("live")).where(_rein.c.id == id))
+        ).one_or_none()
+        if current is None or not current.live:
             raise VersionConflict(
                 f"rein session {id!r} does not exist (it was never saved or was deleted), "
                 f"not at version {expected}; reload it"
             )
         raise VersionConflict(
-            f"rein session {id!r} is at version {current}, not {expected}: another writer saved it "
-            "in between; reload it and apply the change again"
+            f"rein session {id!r} is at version {current.version}, not {expected}: another writer saved "
+            "it in between; reload it and apply the change again"
         )
 
-    return await ledger.write(work)
+    return await ledger.write(work, settle=_settle_save(id, write_id))
 
 
 async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
     async def work(conn: AsyncConnection) -> VersionedSession | None:
         row = (
-            await conn.execute(select(_rein.c.version, _rein.c.session_json).where(_rein.c.id == id))
+            await conn.execute(select(_rein.c.version, _rein.c.session_json).where(_rein.c.id == id, _live))
         ).one_or_none()
         return None if row is None else VersionedSession(_decode(id, row.session_json), row.version)
 
@@ -120,15 +155,29 @@ async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
 
 
 async def _delete(ledger: Ledger, id: str) -> bool:
+    latest = ledger.rules.latest
+
     async def work(conn: AsyncConnection) -> bool:
-        return bool((await conn.execute(delete(_rein).where(_rein.c.id == id))).rowcount)
+        # A tombstone, not a missing row: the id's versions go on counting after it, so
+        # a version read before the delete never matches a later session under the id.
+        tombstoned = await conn.execute(
+            update(_rein)
+            .where(_rein.c.id == id, _live)
+            .values(
+                version=_rein.c.version + 1,
+                session_json=None,
+                write_id=None,
+                updated_at=latest(_rein.c.updated_at, _now()),
+            )
+        )
+        return bool(tombstoned.rowcount)
 
     return await ledger.write(work)
 
 
 async def _contains(ledger: Ledger, id: str) -> bool:
     async def work(conn: AsyncConnection) -> bool:
-        return await conn.scalar(select(_rein.c.id).where(_rein.c.id == id)) is not None
+        return await conn.scalar(select(_rein.c.id).where(_rein.c.id == id, _live)) is not None
 
     return await ledger.read(work)
 
@@ -136,6 +185,7 @@ async def _contains(ledger: Ledger, id: str) -> bool:
 async def _list(ledger: Ledger, limit: int, offset: int) -> list[ReinSessionInfo]:
     statement = (
         select(_rein.c.id, _rein.c.version, _rein.c.created_at, _rein.c.updated_at)
+        .where(_live)
         .order_by(_rein.c.updated_at.desc(), _rein.c.id.desc())
         .offset(offset)
         .limit(limit)
@@ -298,9 +348,13 @@ class LedgerSessionStore:
         saves of one id never fail: one inserts (version 1), the others overwrite.
 
         With ``expected_version`` it is a compare-and-set: ``n >= 1`` saves only if
-        the stored version is still ``n`` (from :meth:`load_versioned`), ``0`` saves
-        only if nothing is stored under ``id`` yet. On success the new version is
-        ``expected_version + 1``.
+        the stored version is still ``n`` (from :meth:`load_versioned`) and the new
+        version is ``n + 1``; ``0`` saves only if no session is stored under ``id``
+        (never saved, or deleted) and the new version is the next version of the id.
+
+        A version, once used for an id, is never valid again for it: :meth:`delete`
+        bumps the version and a later save goes on from there, so a version read
+        before a delete never matches the session saved after it.
 
         The session is serialized with rein's own ``Session.model_dump_json()`` when
         called, so later changes to the object are not saved.
@@ -334,7 +388,9 @@ class LedgerSessionStore:
     def delete(self, id: str) -> bool:
         """Delete the session stored under ``id``; a missing one is not an error.
 
-        Returns whether a session was deleted. Raises ``ValueError`` / ``TypeError``
+        The row stays as a tombstone (no session JSON, the version bumped), so that the
+        id's versions go on counting: see :meth:`save`. Returns whether a session was
+        deleted. Raises ``ValueError`` / ``TypeError``
         for a bad ``id`` (see :meth:`save`).
         """
         return self._runner.call(_delete(self.ledger, _id(id)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -21,7 +21,7 @@ from zett_agent.model import ModelUsage
 
 from .. import validate
 from ..engine import Ledger
-from ..errors import SnapshotConflict, VersionConflict
+from ..errors import SessionDeleted, SnapshotConflict, VersionConflict
 from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
 from ..schema import snapshots_table as _snapshots
@@ -29,6 +29,9 @@ from . import codec
 
 #: Session type of sessions created by an append (zett's ``_DEFAULT_SESSION_TYPE``).
 DEFAULT_SESSION_TYPE = 0
+
+#: A session row that is not a tombstone; every read of a session filters on it.
+_live = _sessions.c.deleted_at.is_(None)
 
 
 def _now() -> datetime:
@@ -42,8 +45,9 @@ def _summary(row: Any) -> SessionSummary:
         session_type=row.session_type,
         title=row.title,
         agent_name=row.agent_name,
-        # The counter row knows the count: raw messages are never deleted one by one.
-        message_count=row.last_sequence,
+        # The counter row knows the count: raw messages are never deleted one by one,
+        # and the current generation's are numbered from base_sequence + 1.
+        message_count=row.last_sequence - row.base_sequence,
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
@@ -104,8 +108,8 @@ class LedgerSessionStorage:
         """The latest checkpoint and the raw-log tail strictly after its boundary.
 
         Both come from one snapshot-consistent read transaction, so a concurrent
-        append or snapshot is seen whole or not at all. An unknown session gives an
-        empty ``SessionView`` (session type 0) and writes nothing.
+        append or snapshot is seen whole or not at all. An unknown or deleted session
+        gives an empty ``SessionView`` (session type 0) and writes nothing.
 
         Raises:
             ValueError: ``session_id`` is invalid, or a stored row is corrupt (the
@@ -122,7 +126,7 @@ class LedgerSessionStorage:
                         (_snapshots.c.session_id == _sessions.c.id)
                         & (_snapshots.c.version == _sessions.c.snapshot_version),
                     )
-                    .where(_sessions.c.id == session_id)
+                    .where(_sessions.c.id == session_id, _live)
                 )
             ).one_or_none()
             if head is None:
@@ -143,7 +147,7 @@ class LedgerSessionStorage:
             snapshot = None
             if head.snapshot_version:
                 snapshot = codec.snapshot(
-                    _SnapshotView(head), session_id=head.id, version=head.snapshot_version
+                    _snapshot_view(head), session_id=head.id, version=head.snapshot_version
                 )
             return SessionView(
                 parent_session_id=head.parent_session_id,
@@ -169,7 +173,7 @@ class LedgerSessionStorage:
         tags: Mapping[str, JsonValue] | None = None,
         usage: ModelUsage | None = None,
     ) -> int:
-        """Append one immutable raw-log message; return its sequence (1, 2, 3...).
+        """Append one immutable raw-log message; return its sequence.
 
         One transaction: the first append creates the session (with
         ``parent_session_id``, ``title`` and ``agent_name``; later appends leave
@@ -178,7 +182,15 @@ class LedgerSessionStorage:
         the counter row, so there is never a gap or a duplicate. ``request_id`` is
         a correlation id, not an idempotency key: repeating it appends again.
 
+        Sequences run 1, 2, 3... in a session's first generation. A session created
+        again after a delete (``create_session(session_id=...)``) goes on from the
+        deleted one's last sequence: no sequence of an id is ever used twice.
+
         Raises:
+            SessionDeleted: (a ``ValueError``) the session was deleted: an append
+                never revives it (it may come from an agent still running on the
+                deleted conversation); ``create_session(session_id=...)`` starts the
+                id anew. Nothing is written.
             ValueError: invalid ids, title, agent name, metadata, tags, timing or
                 usage (usage only belongs to assistant messages); a
                 ``CompactedMessage`` (checkpoints go through :meth:`snapshot`); a
@@ -216,13 +228,24 @@ class LedgerSessionStorage:
         async def work(conn: AsyncConnection) -> int:
             sequence = await append_message(conn, session_values, row, now)
             if sequence is None:
-                raise ValueError(
-                    f"session {session_values['id']!r} has another parent_session_id; "
-                    "the parent cannot change after creation"
-                )
+                raise await self._refused_append(conn, session_values["id"])
             return sequence
 
         return await self.ledger.write(work)
+
+    @staticmethod
+    async def _refused_append(conn: AsyncConnection, session_id: str) -> ValueError:
+        """Why the counter upsert left an existing row alone: a tombstone, or another parent.
+        Read under the row lock the upsert took, so the answer is the row it saw."""
+        deleted_at = await conn.scalar(select(_sessions.c.deleted_at).where(_sessions.c.id == session_id))
+        if deleted_at is not None:
+            return SessionDeleted(
+                f"session {session_id!r} was deleted at {deleted_at.isoformat()}; an append does not "
+                f"revive it: create_session(session_id={session_id!r}) starts it anew"
+            )
+        return ValueError(
+            f"session {session_id!r} has another parent_session_id; the parent cannot change after creation"
+        )
 
     async def snapshot(
         self,
@@ -235,13 +258,18 @@ class LedgerSessionStorage:
 
         A compare-and-set on the session's checkpoint version: it succeeds only if
         the current version is ``expected_version`` (0 before the first
-        checkpoint), and the new checkpoint gets ``expected_version + 1``. The
-        boundary is inclusive; it must name an existing sequence and advance past
-        the previous checkpoint's. Raw messages never change.
+        checkpoint of the session's generation), and the new checkpoint gets
+        ``expected_version + 1``. The boundary is inclusive; it must name an
+        existing sequence of the current generation and advance past the previous
+        checkpoint's. Raw messages never change.
 
         Raises:
-            SnapshotConflict: ``expected_version`` is stale (a ``ValueError`` whose
-                message contains "Snapshot conflict", as zett's store says).
+            SnapshotConflict: ``expected_version`` is stale, or the boundary names a
+                sequence of a deleted generation of the id (the checkpoint was
+                computed before a delete and the session was created again since):
+                a ``ValueError`` whose message contains "Snapshot conflict", as
+                zett's store says. Reload the session.
+            SessionDeleted: the session was deleted (a ``ValueError``).
             ValueError: the session has no raw messages, the boundary does not
                 name an existing sequence past the previous checkpoint, or the
                 checkpoint is larger than the server's statement limit.
@@ -258,6 +286,7 @@ class LedgerSessionStorage:
                 update(_sessions)
                 .where(
                     _sessions.c.id == session_id,
+                    _live,
                     _sessions.c.snapshot_version == expected,
                     _sessions.c.compacted_through_sequence < boundary,
                     _sessions.c.last_sequence >= boundary,
@@ -276,7 +305,7 @@ class LedgerSessionStorage:
                 "updated_at": now,
             }
             await conn.execute(_snapshots.insert(), row)
-            return codec.snapshot(_Row(row))
+            return codec.snapshot(SimpleNamespace(**row))
 
         return await self.ledger.write(work)
 
@@ -288,18 +317,34 @@ class LedgerSessionStorage:
             await conn.execute(
                 select(
                     _sessions.c.last_sequence,
+                    _sessions.c.base_sequence,
                     _sessions.c.snapshot_version,
                     _sessions.c.compacted_through_sequence,
+                    _sessions.c.deleted_at,
                 ).where(_sessions.c.id == session_id)
             )
         ).one_or_none()
-        if current is None or current.last_sequence == 0:
+        if current is None:
             raise ValueError(f"session {session_id!r} has no raw messages to snapshot")
+        if current.deleted_at is not None:
+            raise SessionDeleted(
+                f"session {session_id!r} was deleted at {current.deleted_at.isoformat()}; its "
+                "checkpoint is refused"
+            )
         if current.snapshot_version != expected:
             raise SnapshotConflict(
                 f"Snapshot conflict; reload the session: {session_id!r} is at snapshot version "
                 f"{current.snapshot_version}, not {expected}"
             )
+        if boundary <= current.base_sequence:
+            # Every sequence up to base_sequence belonged to a deleted generation of the id.
+            raise SnapshotConflict(
+                f"Snapshot conflict; reload the session: {session_id!r} was deleted and created "
+                f"again, and compacted_through_sequence {boundary} belongs to the deleted session "
+                f"(the current one starts after sequence {current.base_sequence})"
+            )
+        if current.last_sequence == current.base_sequence:
+            raise ValueError(f"session {session_id!r} has no raw messages to snapshot")
         if boundary > current.last_sequence:
             raise ValueError(
                 f"compacted_through_sequence {boundary} is not an existing raw-log sequence "
@@ -323,46 +368,73 @@ class LedgerSessionStorage:
     ) -> SessionSummary:
         """Create an empty session before its first append; ``session_id`` defaults to a UUIDv7.
 
+        On the id of a deleted session this starts a new generation: the given
+        fields, no checkpoint, ``created_at`` now, and messages numbered on from the
+        deleted session's last sequence (no sequence or version of an id is ever
+        valid twice, so nothing computed on the deleted session applies to the new one).
+
         Raises:
-            ValueError: invalid fields, or the session exists already.
+            ValueError: invalid fields, or a session with this id exists (and is not deleted).
         """
         now = _now()
-        values: dict[str, Any] = {
-            "id": validate.identifier(session_id if session_id is not None else new_uuid7(), "session_id"),
+        fields: dict[str, Any] = {
             "parent_session_id": validate.optional_identifier(parent_session_id, "parent_session_id"),
             "title": validate.title(title),
             "agent_name": validate.agent_name(agent_name),
             "session_type": validate.session_type(session_type),
-            "last_sequence": 0,
-            "snapshot_version": 0,
-            "compacted_through_sequence": 0,
-            "fields_version": 1,
-            "created_at": now,
-            "updated_at": now,
         }
-        if values["parent_session_id"] == values["id"]:
+        id = validate.identifier(session_id if session_id is not None else new_uuid7(), "session_id")
+        if fields["parent_session_id"] == id:
             raise ValueError("parent_session_id must differ from session_id")
+        latest = self.ledger.rules.latest
 
         async def work(conn: AsyncConnection) -> SessionSummary:
-            exists = await conn.scalar(select(_sessions.c.id).where(_sessions.c.id == values["id"]))
-            if exists is not None:
-                raise ValueError(f"Session already exists: {values['id']}")
+            # The tombstone first: the UPDATE takes its row lock (and SQLite's write lock).
+            revived = await conn.execute(
+                update(_sessions)
+                .where(_sessions.c.id == id, _sessions.c.deleted_at.is_not(None))
+                .values(
+                    **fields,
+                    deleted_at=None,
+                    snapshot_version=0,
+                    fields_version=_sessions.c.fields_version + 1,
+                    created_at=now,
+                    updated_at=latest(_sessions.c.updated_at, now),
+                )
+            )
+            if revived.rowcount == 1:
+                row = (await conn.execute(select(_sessions).where(_sessions.c.id == id))).one()
+                return _summary(row)
+            values = {
+                "id": id,
+                **fields,
+                "last_sequence": 0,
+                "base_sequence": 0,
+                "snapshot_version": 0,
+                "compacted_through_sequence": 0,
+                "fields_version": 1,
+                "created_at": now,
+                "updated_at": now,
+            }
             try:
                 await conn.execute(_sessions.insert(), values)
             except IntegrityError:
-                # A concurrent create (or first append) inserted the id after our check;
-                # the validated row can violate nothing but the primary key.
-                raise ValueError(f"Session already exists: {values['id']}") from None
-            return _summary(_Row(values))
+                # The session exists (it was no tombstone above), or a concurrent create or
+                # first append inserted the id meanwhile; the validated row can violate
+                # nothing but the primary key.
+                raise ValueError(f"Session already exists: {id}") from None
+            return _summary(SimpleNamespace(**values))
 
         return await self.ledger.write(work)
 
     async def get_session(self, session_id: str) -> SessionSummary | None:
-        """One session's summary, or ``None``; reads no message."""
+        """One session's summary, or ``None`` (unknown or deleted); reads no message."""
         session_id = validate.identifier(session_id, "session_id")
 
         async def work(conn: AsyncConnection) -> SessionSummary | None:
-            row = (await conn.execute(select(_sessions).where(_sessions.c.id == session_id))).one_or_none()
+            row = (
+                await conn.execute(select(_sessions).where(_sessions.c.id == session_id, _live))
+            ).one_or_none()
             return _summary(row) if row is not None else None
 
         return await self.ledger.read(work)
@@ -377,9 +449,10 @@ class LedgerSessionStorage:
     ) -> SessionSummary | None:
         """Change the mutable fields; ``None`` leaves a field as it is.
 
-        Each update bumps the session's ``fields_version``. With
-        ``expected_version`` it is a compare-and-set on that version (see
-        :meth:`get_fields_version`). Returns ``None`` for an unknown session.
+        Each update bumps the session's ``fields_version`` (so do a delete and a
+        create on a deleted id: a version read before them never matches again).
+        With ``expected_version`` it is a compare-and-set on that version (see
+        :meth:`get_fields_version`). Returns ``None`` for an unknown or deleted session.
 
         Raises:
             ValueError: neither field given, or a field is invalid.
@@ -394,15 +467,22 @@ class LedgerSessionStorage:
         if not changes:
             raise ValueError("At least one session field must be supplied (title or agent_name)")
         expected = None if expected_version is None else validate.version(expected_version, minimum=1)
+        latest = self.ledger.rules.latest
 
         async def work(conn: AsyncConnection) -> SessionSummary | None:
-            statement = update(_sessions).where(_sessions.c.id == session_id)
+            statement = update(_sessions).where(_sessions.c.id == session_id, _live)
             if expected is not None:
                 statement = statement.where(_sessions.c.fields_version == expected)
             changed = await conn.execute(
-                statement.values(**changes, fields_version=_sessions.c.fields_version + 1, updated_at=_now())
+                statement.values(
+                    **changes,
+                    fields_version=_sessions.c.fields_version + 1,
+                    updated_at=latest(_sessions.c.updated_at, _now()),
+                )
             )
-            row = (await conn.execute(select(_sessions).where(_sessions.c.id == session_id))).one_or_none()
+            row = (
+                await conn.execute(select(_sessions).where(_sessions.c.id == session_id, _live))
+            ).one_or_none()
             if changed.rowcount != 1:
                 # Nothing updated: with a version, a conflict if the session exists; without
                 # one, the session did not exist when the UPDATE ran (it may exist by now,
@@ -417,26 +497,55 @@ class LedgerSessionStorage:
         return await self.ledger.write(work)
 
     async def get_fields_version(self, session_id: str) -> int | None:
-        """The session's ``fields_version`` (for :meth:`update_session`), or ``None``."""
+        """The session's ``fields_version`` (for :meth:`update_session`), or ``None``
+        (unknown or deleted)."""
         session_id = validate.identifier(session_id, "session_id")
 
         async def work(conn: AsyncConnection) -> int | None:
-            return await conn.scalar(select(_sessions.c.fields_version).where(_sessions.c.id == session_id))
+            return await conn.scalar(
+                select(_sessions.c.fields_version).where(_sessions.c.id == session_id, _live)
+            )
 
         return await self.ledger.read(work)
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete a session with its raw log and snapshots; ``False`` if nothing existed."""
+        """Delete a session: its raw log, checkpoints, title, agent name and parent.
+
+        The id keeps a tombstone (its counter row, with ``deleted_at`` set) that
+        remembers the last sequence and versions used, so that nothing a late
+        writer holds is valid again: an append to a deleted session raises
+        :class:`chatledger.SessionDeleted`, and so does a checkpoint.
+        ``create_session(session_id=...)`` starts the id anew. One transaction.
+
+        Returns whether a session existed (a deleted one does not).
+        """
         session_id = validate.identifier(session_id, "session_id")
+        latest = self.ledger.rules.latest
 
         async def work(conn: AsyncConnection) -> bool:
-            # The counter row first: it locks out concurrent appenders.
-            removed = (await conn.execute(delete(_sessions).where(_sessions.c.id == session_id))).rowcount
-            removed += (await conn.execute(delete(_raw).where(_raw.c.session_id == session_id))).rowcount
-            removed += (
-                await conn.execute(delete(_snapshots).where(_snapshots.c.session_id == session_id))
-            ).rowcount
-            return bool(removed)
+            now = _now()
+            # The counter row first: it locks out concurrent appenders, which then find
+            # the tombstone.
+            tombstoned = await conn.execute(
+                update(_sessions)
+                .where(_sessions.c.id == session_id, _live)
+                .values(
+                    deleted_at=now,
+                    base_sequence=_sessions.c.last_sequence,
+                    compacted_through_sequence=_sessions.c.last_sequence,
+                    snapshot_version=0,
+                    title=None,
+                    agent_name=None,
+                    parent_session_id=None,
+                    fields_version=_sessions.c.fields_version + 1,
+                    updated_at=latest(_sessions.c.updated_at, now),
+                )
+            )
+            if tombstoned.rowcount != 1:
+                return False
+            await conn.execute(delete(_raw).where(_raw.c.session_id == session_id))
+            await conn.execute(delete(_snapshots).where(_snapshots.c.session_id == session_id))
+            return True
 
         return await self.ledger.write(work)
 
@@ -450,11 +559,13 @@ class LedgerSessionStorage:
         """One page of sessions, newest activity first (``updated_at``, then id).
 
         Reads only session rows, through the activity index: the counter row holds
-        the message count, so no raw message is scanned.
+        the message count, so no raw message is scanned. Deleted sessions are left out.
         """
         limit, offset = _page(limit, offset)
         codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
-        statement = select(_sessions).order_by(_sessions.c.updated_at.desc(), _sessions.c.id.desc())
+        statement = (
+            select(_sessions).where(_live).order_by(_sessions.c.updated_at.desc(), _sessions.c.id.desc())
+        )
         if codes is not None:
             statement = statement.where(_sessions.c.session_type.in_(codes))
 
@@ -473,6 +584,9 @@ class LedgerSessionStorage:
         offset: int = 0,
     ) -> list[RawMessageRecord]:
         """A page of the raw log in sequence order, ignoring checkpoints.
+
+        A deleted session has none; one created again after a delete starts after
+        the deleted one's last sequence (see :meth:`append`).
 
         Args:
             after_sequence: exclusive lower bound; 0 starts at the beginning.
@@ -494,26 +608,21 @@ class LedgerSessionStorage:
         return await self.ledger.read(work)
 
     async def count_messages(self, session_id: str) -> int:
-        """How many raw messages the session has (its counter); 0 when unknown."""
+        """How many raw messages the session has (from its counter row); 0 when unknown or deleted."""
         session_id = validate.identifier(session_id, "session_id")
 
         async def work(conn: AsyncConnection) -> int:
-            count = await conn.scalar(select(_sessions.c.last_sequence).where(_sessions.c.id == session_id))
+            count = await conn.scalar(
+                select(_sessions.c.last_sequence - _sessions.c.base_sequence).where(
+                    _sessions.c.id == session_id, _live
+                )
+            )
             return int(count or 0)
 
         return await self.ledger.read(work)
 
 
-class _Row:
-    """Attribute access over a dict, for rows built in Python."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
-class _SnapshotView(_Row):
+def _snapshot_view(head: Any) -> SimpleNamespace:
     """The ``checkpoint_*`` columns of a joined session row, under their own names."""
-
-    def __init__(self, head: Any) -> None:
-        mapping = head._mapping
-        super().__init__({column.name: mapping[f"checkpoint_{column.name}"] for column in _snapshots.c})
+    mapping = head._mapping
+    return SimpleNamespace(**{column.name: mapping[f"checkpoint_{column.name}"] for column in _snapshots.c})
