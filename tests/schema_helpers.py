@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, context_options
+from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, context_options, head_revision
 from chatledger.schema import Base
 
 from .backends import fresh_name
@@ -99,13 +99,37 @@ def fingerprint(connection: Connection) -> dict[str, Any]:
     return shape
 
 
+def revision_file(
+    revision: str,
+    upgrade: str,
+    downgrade: str = "pass",
+    *,
+    compatible_from: str | None = None,
+    down_revision: str | None = None,
+) -> str:
+    """The source of a test-only revision file following the shipped conventions: after
+    the shipped head unless ``down_revision`` says otherwise; ``compatible_from`` omitted
+    when ``None``. ``upgrade`` and ``downgrade`` are function bodies (``op``, ``sa``
+    and ``Path`` are imported)."""
+    declared = "" if compatible_from is None else f"compatible_from = {compatible_from!r}\n"
+    return (
+        f'"""Test-only revision {revision}."""\n\n'
+        "from pathlib import Path\n\nimport sqlalchemy as sa\nfrom alembic import op\n\n"
+        f"revision = {revision!r}\ndown_revision = {down_revision or head_revision()!r}\n"
+        f"branch_labels = None\ndepends_on = None\n{declared}\n\n"
+        f"def upgrade() -> None:\n{textwrap.indent(textwrap.dedent(upgrade).strip(), '    ')}\n\n\n"
+        f"def downgrade() -> None:\n{textwrap.indent(textwrap.dedent(downgrade).strip(), '    ')}\n"
+    )
+
+
 def script_directory(root: Path, revisions: dict[str, str]) -> Path:
     """A test-only Alembic script directory under ``root``: the shipped ``env.py``,
-    template and revisions, plus ``revisions`` (file name -> source, dedented)."""
+    template and revisions, plus ``revisions`` (file name -> source, see
+    :func:`revision_file`)."""
     location = root / "scripts"
     shutil.copytree(MIGRATIONS, location, ignore=shutil.ignore_patterns("__pycache__"))
     for name, source in revisions.items():
-        (location / "versions" / name).write_text(textwrap.dedent(source), encoding="utf-8")
+        (location / "versions" / name).write_text(source, encoding="utf-8")
     return location
 
 

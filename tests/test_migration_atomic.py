@@ -6,8 +6,8 @@ On MySQL/MariaDB every DDL statement commits by itself: the test there pins down
 the README says happens instead.
 
 The failing revision lives in a test-only script directory (the shipped ``env.py``
-and 0001, plus a 0002 that creates a table, adds a column and an index, inserts a
-row, and then runs a broken statement while a ``FAIL`` file lies beside it).
+and revisions, plus a 9001 that creates a table, adds a column and an index, inserts
+a row, and then runs a broken statement while a ``FAIL`` file lies beside it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from chatledger import SchemaNotReady, migrate
 from chatledger.engine import Ledger
-from chatledger.migrate import SchemaState, database_state, upgrade_database
+from chatledger.migrate import SchemaState, database_state, head_revision, revisions, upgrade_database
 
 from .conftest import Database
 from .schema_helpers import (
@@ -31,41 +31,33 @@ from .schema_helpers import (
     fingerprint,
     fresh_database,
     on_connection,
+    revision_file,
     run_alembic,
     script_directory,
     table_names,
 )
 
-FAILS_HALFWAY = '''
-    """Test-only: changes the schema, then fails halfway while a FAIL file lies beside it."""
+#: After the shipped head: changes the schema, then fails halfway while a FAIL file lies beside it.
+FAILS_HALFWAY = revision_file(
+    "9001",
+    """
+    op.create_table("half_done", sa.Column("id", sa.Integer(), primary_key=True))
+    op.add_column("agent_sessions", sa.Column("note", sa.String(200), nullable=True))
+    op.create_index("ix_raw_messages_tool_name", "raw_messages", ["tool_name"])
+    op.execute("INSERT INTO half_done (id) VALUES (1)")
+    if Path(__file__).with_name("FAIL").exists():
+        op.execute("SELECT no_such_column FROM half_done")
+    """,
+    """
+    op.drop_index("ix_raw_messages_tool_name", table_name="raw_messages")
+    op.drop_column("agent_sessions", "note")
+    op.drop_table("half_done")
+    """,
+    compatible_from="9001",
+)
 
-    from pathlib import Path
-
-    import sqlalchemy as sa
-    from alembic import op
-
-    revision = "0002"
-    down_revision = "0001"
-    branch_labels = None
-    depends_on = None
-    compatible_from = "0001"
-
-
-    def upgrade() -> None:
-        op.create_table("half_done", sa.Column("id", sa.Integer(), primary_key=True))
-        op.add_column("agent_sessions", sa.Column("note", sa.String(200), nullable=True))
-        op.create_index("ix_raw_messages_tool_name", "raw_messages", ["tool_name"])
-        op.execute("INSERT INTO half_done (id) VALUES (1)")
-        if Path(__file__).with_name("FAIL").exists():
-            op.execute("SELECT no_such_column FROM half_done")
-
-
-    def downgrade() -> None:
-        op.drop_index("ix_raw_messages_tool_name", table_name="raw_messages")
-        op.drop_column("agent_sessions", "note")
-        op.drop_table("half_done")
-'''
-
+#: The state of a database at the shipped head.
+SHIPPED_HEAD = SchemaState(head_revision(), revisions().compatible_from[head_revision()])
 ENTRY_POINTS = ("chatledger upgrade", "auto_upgrade", "alembic upgrade")
 
 
@@ -78,7 +70,7 @@ async def fresh_url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
 @pytest.fixture
 def location(tmp_path: Path) -> Path:
     """The test-only script directory, set to fail."""
-    location = script_directory(tmp_path, {"0002_fails_halfway.py": FAILS_HALFWAY})
+    location = script_directory(tmp_path, {"9001_fails_halfway.py": FAILS_HALFWAY})
     (location / "versions" / "FAIL").touch()
     return location
 
@@ -126,7 +118,7 @@ async def test_failed_revision_leaves_database_as_it_was(
 ) -> None:
     if database.backend == "mysql":
         pytest.skip("MySQL/MariaDB have no transactional DDL: see test_mysql_failed_revision_is_not_undone")
-    assert await upgrade_database(fresh_url, "0001", script_location=location) == "0001"
+    assert await upgrade_database(fresh_url, head_revision(), script_location=location) == head_revision()
     before = await on_connection(fresh_url, fingerprint)
     assert set(before) == SCHEMA_TABLES | BOOKKEEPING
 
@@ -135,7 +127,7 @@ async def test_failed_revision_leaves_database_as_it_was(
 
     fixed(location)
     assert await upgrade_via(entry, fresh_url, location, tmp_path, monkeypatch)
-    assert await database_state(fresh_url, location) == SchemaState("0002", "0001")
+    assert await database_state(fresh_url, location) == SchemaState("9001", "9001")
     assert "half_done" in await on_connection(fresh_url, table_names)
 
 
@@ -148,7 +140,7 @@ async def test_failed_first_upgrade_leaves_database_empty(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """From nothing, 0001 and the failing 0002 run in one transaction: nothing stays,
+    """From nothing, the shipped revisions and the failing one run in one transaction: nothing stays,
     not even the version table."""
     if database.backend == "mysql":
         pytest.skip("MySQL/MariaDB have no transactional DDL: see test_mysql_failed_revision_is_not_undone")
@@ -157,7 +149,7 @@ async def test_failed_first_upgrade_leaves_database_empty(
 
     fixed(location)
     assert await upgrade_via(entry, fresh_url, location, tmp_path, monkeypatch)
-    assert await database_state(fresh_url, location) == SchemaState("0002", "0001")
+    assert await database_state(fresh_url, location) == SchemaState("9001", "9001")
 
 
 async def test_mysql_failed_revision_is_not_undone(
@@ -169,14 +161,14 @@ async def test_mysql_failed_revision_is_not_undone(
     statement already applied until someone repairs the database by hand."""
     if database.backend != "mysql":
         pytest.skip("the transactional backends undo a failed revision")
-    await upgrade_database(fresh_url, "0001", script_location=location)
+    await upgrade_database(fresh_url, head_revision(), script_location=location)
 
     with pytest.raises(DBAPIError, match="no_such_column"):
         await upgrade_database(fresh_url, script_location=location, lock_timeout=30)
-    assert await database_state(fresh_url, location) == SchemaState("0001", "0001")
+    assert await database_state(fresh_url, location) == SHIPPED_HEAD
     assert "half_done" in await on_connection(fresh_url, table_names)
 
     fixed(location)
     with pytest.raises(DBAPIError, match="1050"):  # ER_TABLE_EXISTS_ERROR: half_done
         await upgrade_database(fresh_url, script_location=location, lock_timeout=30)
-    assert await database_state(fresh_url, location) == SchemaState("0001", "0001")
+    assert await database_state(fresh_url, location) == SHIPPED_HEAD

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from chatledger.migrate import alembic_config, imports_chatledger, revisions, upgrade_database
 
 from .conftest import Database
-from .schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, script_directory
+from .schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, revision_file, script_directory
 
 GOLDEN = Path(__file__).with_name("golden")
 REVISION_FILES = sorted((MIGRATIONS / "versions").glob("*.py"))
@@ -66,47 +66,15 @@ def test_shipped_history_is_linear_with_compatible_from() -> None:
 
 
 def test_a_revision_without_compatible_from_is_refused(tmp_path: Path) -> None:
-    location = script_directory(
-        tmp_path,
-        {
-            "0002_sloppy.py": """
-                revision = "0002"
-                down_revision = "0001"
-                branch_labels = None
-                depends_on = None
-
-                def upgrade() -> None:
-                    pass
-
-                def downgrade() -> None:
-                    pass
-            """
-        },
-    )
-    with pytest.raises(RuntimeError, match=r"0002_sloppy.py: declares no compatible_from"):
+    location = script_directory(tmp_path, {"9001_sloppy.py": revision_file("9001", "pass")})
+    with pytest.raises(RuntimeError, match=r"9001_sloppy.py: declares no compatible_from"):
         revisions(location)
 
 
 def test_a_compatible_from_naming_a_later_revision_is_refused(tmp_path: Path) -> None:
-    location = script_directory(
-        tmp_path,
-        {
-            "0002_forward.py": """
-                revision = "0002"
-                down_revision = "0001"
-                branch_labels = None
-                depends_on = None
-                compatible_from = "0003"
-
-                def upgrade() -> None:
-                    pass
-
-                def downgrade() -> None:
-                    pass
-            """
-        },
-    )
-    with pytest.raises(RuntimeError, match=r"compatible_from '0003' is neither itself nor an earlier"):
+    later = revision_file("9002", "pass", compatible_from="9003")
+    location = script_directory(tmp_path, {"9002_forward.py": later})
+    with pytest.raises(RuntimeError, match=r"compatible_from '9003' is neither itself nor an earlier"):
         revisions(location)
 
 
