@@ -36,7 +36,8 @@ revisions are loaded, and by ``tests/test_revisions.py``):
   the schema this revision leaves. An *expand* revision (old code keeps reading and
   writing correctly: a new nullable column, a new index, a new table) keeps its
   predecessor's value; a *contract* revision (anything older code would get wrong)
-  names itself. The template's default is the revision itself, the safe choice.
+  names itself, or the head of an earlier release whose code already copes with the
+  change. The template's default is the revision itself, the safe choice.
 
 The upgrade records the ``compatible_from`` of the revision the database reaches;
 code that does not ship a revision can still read it there. See :func:`standing`.
