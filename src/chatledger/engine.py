@@ -123,12 +123,15 @@ class Ledger:
                 try:
                     state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
                 except (SQLAlchemyError, OSError) as error:
-                    raise SchemaNotReady(
-                        f"auto_upgrade of database {display(self.url)} from revision "
-                        f"{state.revision or '<none>'} to {migrate.head_revision()} failed: "
-                        f"{getattr(error, 'orig', None) or error}; upgrade it as the schema owner "
-                        "(`chatledger upgrade --dsn DSN`)"
-                    ) from error
+                    cause = getattr(error, "orig", None) or error
+                    if standing is migrate.Standing.BEHIND:
+                        raise SchemaNotReady(
+                            f"auto_upgrade of database {display(self.url)} from revision "
+                            f"{state.revision or '<none>'} to {migrate.head_revision()} failed: {cause}; "
+                            "upgrade it as the schema owner (`chatledger upgrade --dsn DSN`)"
+                        ) from error
+                    # Usable as it is; only the bookkeeping stays where it was.
+                    logger.warning("could not move the revision of %s: %s", display(self.url), cause)
                 standing = migrate.standing(state)
             if standing is migrate.Standing.AHEAD_COMPATIBLE:
                 logger.info("%s", migrate.describe(self.url, state))

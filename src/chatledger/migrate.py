@@ -293,12 +293,8 @@ def adopt_legacy_revision(connection: Connection, script: ScriptDirectory) -> st
     return revision
 
 
-def _record(connection: Connection, revision: str | None, compatible_from: str | None) -> None:
-    """Make :data:`COMPATIBILITY_TABLE` hold ``(revision, compatible_from)``; at base
-    (``revision`` None) drop it, as a downgrade to base drops every chatledger table."""
-    if revision is None or compatible_from is None:
-        _compatibility.drop(connection, checkfirst=True)
-        return
+def _record(connection: Connection, revision: str, compatible_from: str) -> None:
+    """Make :data:`COMPATIBILITY_TABLE` hold just ``(revision, compatible_from)``."""
     _compatibility.create(connection, checkfirst=True)
     connection.execute(delete(_compatibility))
     connection.execute(insert(_compatibility).values(revision=revision, compatible_from=compatible_from))
@@ -313,9 +309,11 @@ def record_compatibility(
     assert ctx.connection is not None and ctx.script is not None
     if len(heads) > 1:
         raise RuntimeError(f"chatledger's revision history is linear, the database has heads {heads}")
-    revision = next(iter(heads), None)
-    known = revisions(ctx.script.dir)
-    _record(ctx.connection, revision, known.compatible_from.get(revision) if revision else None)
+    if not heads:  # at base: gone, as a downgrade to base drops every chatledger table
+        _compatibility.drop(ctx.connection, checkfirst=True)
+        return
+    (revision,) = heads
+    _record(ctx.connection, revision, revisions(ctx.script.dir).compatible_from[revision])
 
 
 def context_options(metadata: MetaData) -> dict[str, Any]:
