@@ -20,7 +20,7 @@ from chatledger import cli, migrate
 from chatledger.zett import LedgerSessionStorage
 
 #: What each worker does once the barrier lets them all go.
-KINDS = ("auto_upgrade", "chatledger upgrade", "alembic upgrade")
+KINDS = ("auto_upgrade", "auto_upgrade behind pgbouncer", "chatledger upgrade", "alembic upgrade")
 
 
 class UpgradeCounter(logging.Handler):
@@ -43,9 +43,9 @@ class UpgradeCounter(logging.Handler):
         return counter
 
 
-async def first_call(dsn: str) -> None:
+async def first_call(dsn: str, *, pgbouncer: bool = False) -> None:
     """A store's first call, which upgrades the schema (``auto_upgrade=True``)."""
-    async with LedgerSessionStorage(dsn, auto_upgrade=True) as storage:
+    async with LedgerSessionStorage(dsn, auto_upgrade=True, pgbouncer=pgbouncer) as storage:
         session = f"s-{uuid.uuid4()}"
         assert await storage.append(session, "r", UserMessage(content="first")) == 1
 
@@ -53,6 +53,8 @@ async def first_call(dsn: str) -> None:
 def upgrade(kind: str, dsn: str) -> None:
     if kind == "auto_upgrade":
         asyncio.run(first_call(dsn))
+    elif kind == "auto_upgrade behind pgbouncer":
+        asyncio.run(first_call(dsn, pgbouncer=True))
     elif kind == "chatledger upgrade":
         errors = io.StringIO()
         with redirect_stderr(errors):

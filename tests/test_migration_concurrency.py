@@ -1,7 +1,8 @@
 """Upgrades are serialised: of many processes (or stores of one process) upgrading one
 empty database at once, through ``auto_upgrade``, ``chatledger upgrade`` or ``alembic
 upgrade``, one runs the revisions and the others wait for it, see the new revision
-and go on. A lock held too long gives a clear error."""
+and go on, also behind PgBouncer's transaction pooling. A lock held too long gives a
+clear error."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from chatledger import SchemaNotReady
 from chatledger.cli import run
 from chatledger.migrate import SchemaState, database_state, head_revision, run_locked, upgrade_database
 
+from .backends import Servers, fresh_name
 from .conftest import Database
 from .migration_workers import UpgradeCounter, first_call, upgrade_at_once
 from .schema_helpers import (
@@ -31,6 +33,7 @@ from .schema_helpers import (
     on_connection,
     table_names,
 )
+from .throwaway import ThrowawayPgBouncer, pgbouncer_missing, require, shared_server
 
 PROCESSES = 8
 #: Generous upper bound for "does not hang".
@@ -119,3 +122,23 @@ async def test_schema_lock_held_too_long_gives_a_clear_error(fresh_url: URL) -> 
         await asyncio.to_thread(holder.join, DEADLINE)
     assert await database_state(fresh_url) == SchemaState(None, None)
     assert await upgrade_database(fresh_url, lock_timeout=30) == head_revision()
+
+
+async def test_processes_upgrading_at_once_behind_pgbouncer(servers: Servers) -> None:
+    """The PostgreSQL lock is a transaction's (``pg_advisory_xact_lock``), so it holds
+    behind PgBouncer's transaction pooling, where a session's lock would not."""
+    require("postgresql", pgbouncer_missing())
+    server = shared_server(servers, "postgresql")
+    name = fresh_name("chatledger_mig")
+    upstream = await server.create_database(name)
+    bouncer = ThrowawayPgBouncer(upstream, pool_size=2)
+    try:
+        pooled = bouncer.url(name)
+        reports = await asyncio.to_thread(
+            run_processes, dsn_of(pooled), ["auto_upgrade behind pgbouncer"] * 4
+        )
+        assert [outcome for _, outcome, _ in reports] == ["ok"] * 4, reports
+        await assert_upgraded_once(upstream, sum(upgrades for _, _, upgrades in reports))
+    finally:
+        bouncer.close()
+        await server.drop_database(name)
