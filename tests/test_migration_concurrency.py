@@ -124,6 +124,14 @@ async def test_schema_lock_held_too_long_gives_a_clear_error(fresh_url: URL) -> 
     assert await upgrade_database(fresh_url, lock_timeout=30) == head_revision()
 
 
+@pytest.mark.parametrize("lock_timeout", [0, -1, float("nan"), float("inf")])
+async def test_lock_timeout_must_be_positive(tmp_path: Path, lock_timeout: float) -> None:
+    url = URL.create("sqlite+aiosqlite", database=str(tmp_path / "never.sqlite3"))
+    with pytest.raises(ValueError, match="lock_timeout must be a positive number of seconds"):
+        await upgrade_database(url, lock_timeout=lock_timeout)
+    assert not (tmp_path / "never.sqlite3").exists()
+
+
 async def test_processes_upgrading_at_once_behind_pgbouncer(servers: Servers) -> None:
     """The PostgreSQL lock is a transaction's (``pg_advisory_xact_lock``), so it holds
     behind PgBouncer's transaction pooling, where a session's lock would not."""

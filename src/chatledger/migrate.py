@@ -431,10 +431,12 @@ async def run_locked(
 
     Raises:
         SchemaNotReady: the lock was not granted within ``lock_timeout`` seconds.
+        ValueError: ``lock_timeout`` is not a positive number of seconds.
     """
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
+    _check_lock_timeout(lock_timeout)
     path = sqlite_file(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -450,6 +452,12 @@ async def run_locked(
         raise SchemaNotReady(_lock_message(url, lock_timeout, str(error))) from error
     finally:
         await engine.dispose()
+
+
+def _check_lock_timeout(lock_timeout: float) -> None:
+    # 0 and negative values mean "no wait" to some servers and "forever" to others.
+    if not (isinstance(lock_timeout, int | float) and 0 < lock_timeout < float("inf")):
+        raise ValueError(f"lock_timeout must be a positive number of seconds, not {lock_timeout!r}")
 
 
 def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
@@ -469,6 +477,8 @@ async def _alembic(
     """:func:`run_locked` for work that runs Alembic: in a thread of its own with an event
     loop of its own, once no other Alembic run of this process is under way. The
     thread finishes the migration (or rolls it back) even if the caller is cancelled."""
+
+    _check_lock_timeout(lock_timeout)
 
     def in_thread() -> T:
         if not _ALEMBIC_RUN.acquire(timeout=lock_timeout):
@@ -496,6 +506,7 @@ async def upgrade_schema(
 
     Raises:
         SchemaNotReady: the schema lock was not granted within ``lock_timeout`` seconds.
+        ValueError: ``lock_timeout`` is not a positive number of seconds.
         alembic.util.CommandError: ``revision`` is not a valid target.
     """
     url = resolve_dsn(dsn)
