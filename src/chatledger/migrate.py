@@ -256,6 +256,12 @@ def read_state(connection: Connection, location: str | Path | None = None) -> Sc
     return SchemaState(revision, compatible)
 
 
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database is at (see :func:`read_state`), or ``None`` for one
+    chatledger never migrated."""
+    return read_state(connection).revision
+
+
 def _one_revision(connection: Connection, table: Table) -> str | None:
     found = list(connection.scalars(select(table.c.version_num)))
     if len(found) > 1:
