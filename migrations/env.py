@@ -10,8 +10,9 @@ Where the database comes from, first match wins:
 
 In cases 2 and 3 this file takes the schema lock itself (``-x lock_timeout=SECONDS``,
 default :data:`chatledger.migrate.LOCK_TIMEOUT`) and runs everything in one
-transaction; see :mod:`chatledger.migrate` for what that means per backend, and for
-the conventions every revision file follows.
+transaction; see :mod:`chatledger.migrate` for what that means per backend, and
+:mod:`chatledger.revisions` (or ``README`` here) for the conventions every revision
+file follows.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from chatledger import SchemaNotReady, migrate
+from chatledger import SchemaNotReady
+from chatledger import revisions as revisions_module
 from chatledger.engine import Ledger
 from chatledger.migrate import SchemaState, database_state, head_revision, revisions, upgrade_database
 
@@ -91,7 +92,7 @@ async def upgrade_via(
         return code == 0
     # auto_upgrade: a ledger whose chatledger ships these scripts.
     with monkeypatch.context() as patch:
-        patch.setattr(migrate, "script_location", lambda: location)
+        patch.setattr(revisions_module, "script_location", lambda: location)
         ledger = Ledger(url, auto_upgrade=True)
         try:
             await ledger.ensure_ready()
