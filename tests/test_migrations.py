@@ -26,6 +26,9 @@ from zett_agent.messages import UserMessage
 
 from chatledger import SchemaNotReady
 from chatledger.migrate import (
+    COMPATIBILITY_TABLE,
+    VERSION_TABLE,
+    context_options,
     database_revision,
     downgrade_database,
     head_revision,
@@ -40,9 +43,10 @@ from .conftest import Database
 
 REPO_ROOT = Path(__file__).parents[1]
 ALEMBIC = Path(sys.executable).parent / "alembic"
-#: Alembic keeps its revision here; downgrade to base leaves the (empty) table.
-VERSION_TABLE = "alembic_version"
 SCHEMA_TABLES = set(metadata.tables)
+#: chatledger's revision (a downgrade to base leaves the table, empty) and the
+#: compatibility record (dropped at base).
+BOOKKEEPING = {VERSION_TABLE, COMPATIBILITY_TABLE}
 
 
 @pytest.fixture
@@ -71,7 +75,7 @@ async def on_connection(url: URL, work: Any) -> Any:
 
 def drift(connection: Connection) -> list[Any]:
     """What ``alembic check`` compares: the database against the schema's metadata."""
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(connection, opts=context_options(metadata))
     return list(compare_metadata(context, metadata))
 
 
@@ -84,7 +88,7 @@ async def test_upgrade_head_has_no_drift(fresh_url: URL) -> None:
     assert await upgrade_database(fresh_url) == head_revision()
 
     assert await on_connection(fresh_url, drift) == []
-    assert await on_connection(fresh_url, table_names) == SCHEMA_TABLES | {VERSION_TABLE}
+    assert await on_connection(fresh_url, table_names) == SCHEMA_TABLES | BOOKKEEPING
 
 
 async def test_downgrade_to_base_drops_every_table_and_upgrade_again_works(
@@ -208,7 +212,7 @@ async def test_database_ahead_of_this_chatledger_is_refused(fresh_url: URL, sess
     the storage would upgrade itself, with a message that says so."""
     await upgrade_database(fresh_url)
     await run_on_connection(
-        fresh_url, lambda conn: conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+        fresh_url, lambda conn: conn.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
     )
     async with LedgerSessionStorage(fresh_url, auto_upgrade=True) as storage:
         with pytest.raises(SchemaNotReady, match="does not know"):

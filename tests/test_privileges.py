@@ -4,7 +4,8 @@ Two roles, as the README sets them up (the statements below are the README's):
 
 * the **owner** role owns the database and runs the migrations (DDL);
 * the **runtime** role, the one services connect as, has only SELECT, INSERT,
-  UPDATE and DELETE on the tables, and no DDL.
+  UPDATE and DELETE on the tables, and no DDL; of chatledger's own version and
+  compatibility tables it only reads (on PostgreSQL it is narrowed to SELECT there).
 
 On PostgreSQL and MariaDB: the runtime role serves every call of the storage (and
 the rein table's upsert), issues no DDL, cannot run DDL, and on a database the owner
@@ -30,7 +31,7 @@ from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import AssistantMessage, UserMessage
 
 from chatledger import SchemaNotReady
-from chatledger.migrate import upgrade_database
+from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, upgrade_database
 from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
 
@@ -177,6 +178,13 @@ async def test_runtime_role_never_migrates_an_unmigrated_database(deployment: De
 
 async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment: Deployment) -> None:
     await upgrade_database(deployment.owner)
+    if deployment.backend == "postgresql":
+        # The README's narrowing: the runtime role only reads chatledger's bookkeeping.
+        await _execute(
+            deployment.owner,
+            f"REVOKE INSERT, UPDATE, DELETE ON {VERSION_TABLE}, {COMPATIBILITY_TABLE} "
+            f"FROM {deployment.runtime.username}",
+        )
     async with LedgerSessionStorage(deployment.runtime) as storage:
         assert deployment.runtime_password not in repr(storage)
         assert "***" in repr(storage)
@@ -225,6 +233,16 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
         assert await storage.delete_session(session) is True
         assert await storage.get_session(session) is None
         assert sent and not _ddl(sent), _ddl(sent)
+        # It reads chatledger's revision and compatibility record, and writes neither.
+        bookkeeping = [statement for statement in sent if VERSION_TABLE in statement]
+        assert bookkeeping and all(
+            statement.lstrip().upper().startswith("SELECT") for statement in bookkeeping
+        )
+        assert not [
+            statement
+            for statement in sent
+            if COMPATIBILITY_TABLE in statement and not statement.lstrip().upper().startswith("SELECT")
+        ]
 
         # And it could not have: DDL is refused to the runtime role.
         async def create_table(conn: AsyncConnection) -> None:

@@ -10,13 +10,15 @@ and the connection set-up of SQLite.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, event, func, select
+from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -455,3 +457,145 @@ def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> Non
         mode = conn.get_execution_options().get("chatledger_sqlite_begin")
         if mode is not None:
             conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+# -- schema migrations ----------------------------------------------------------------
+
+
+class SchemaLockTimeout(TimeoutError):
+    """The schema lock was not granted in time: another process is migrating the database."""
+
+
+#: PostgreSQL's advisory lock key of the schema lock: the first 8 bytes of
+#: SHA-256("chatledger schema lock") as a signed bigint. Advisory locks are per
+#: database, so one constant serves every database of a server.
+SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"chatledger schema lock").digest()[:8], "big", signed=True)
+#: MySQL/MariaDB ``GET_LOCK`` name of the schema lock. Lock names are server-wide and at
+#: most 64 characters, so it carries the MD5 of the database name.
+_MYSQL_LOCK_NAME = "CONCAT('chatledger_schema_', MD5(DATABASE()))"
+
+#: Opens the one transaction a migration runs in, holding the schema lock, on a connection
+#: of an engine set up by :func:`configure_migration_engine`; yields the connection to run
+#: it on. Arguments: the connection and the lock timeout in seconds. Raises
+#: :class:`SchemaLockTimeout` when the lock is not granted within the timeout.
+MigrationTransaction = Callable[[AsyncConnection, float], AbstractAsyncContextManager[AsyncConnection]]
+
+
+@asynccontextmanager
+async def _migration_transaction_postgresql(
+    conn: AsyncConnection, lock_timeout: float
+) -> AsyncIterator[AsyncConnection]:
+    """PostgreSQL: ``pg_advisory_xact_lock`` inside the migration's own transaction (DDL is
+    transactional), so the lock goes with the COMMIT or ROLLBACK, also behind PgBouncer.
+
+    READ COMMITTED whatever the database's default, so that a process granted the lock
+    after another upgraded reads the revision that one committed. ``lock_timeout``
+    bounds the wait (advisory locks obey it; SQLSTATE 55P03) and is put back before
+    the migration runs, so its DDL waits for table locks as it would have.
+    """
+    conn = await conn.execution_options(isolation_level="READ COMMITTED")
+    async with conn.begin():
+        previous = await conn.scalar(text("SELECT current_setting('lock_timeout')"))
+        milliseconds = max(1, round(lock_timeout * 1000))
+        await conn.execute(
+            text("SELECT set_config('lock_timeout', :value, true)"), {"value": f"{milliseconds}ms"}
+        )
+        try:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        except DBAPIError as error:
+            if error_code(error) == "55P03":  # lock_not_available
+                raise SchemaLockTimeout(f"pg_advisory_xact_lock({SCHEMA_LOCK_KEY})") from error
+            raise
+        await conn.execute(text("SELECT set_config('lock_timeout', :value, true)"), {"value": previous})
+        yield conn
+
+
+@asynccontextmanager
+async def _migration_transaction_mysql(
+    conn: AsyncConnection, lock_timeout: float
+) -> AsyncIterator[AsyncConnection]:
+    """MySQL/MariaDB: ``GET_LOCK``, a lock of the session, taken and committed before the
+    migration's transaction begins (so that transaction's snapshot starts after it) and
+    released after; a lost connection releases it on the server. DDL is not
+    transactional here: every statement commits by itself."""
+    granted = await conn.scalar(
+        text(f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :timeout)"), {"timeout": lock_timeout}
+    )
+    await conn.commit()
+    if granted != 1:  # 0: timed out; NULL: killed or out of memory
+        raise SchemaLockTimeout(f"GET_LOCK({_MYSQL_LOCK_NAME})")
+    try:
+        async with conn.begin():
+            yield conn
+    except BaseException:
+        with suppress(DBAPIError):  # the connection may be gone, and the lock with it
+            await _release_mysql_lock(conn)
+        raise
+    await _release_mysql_lock(conn)
+
+
+async def _release_mysql_lock(conn: AsyncConnection) -> None:
+    await conn.execute(text(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"))
+    await conn.commit()
+
+
+@asynccontextmanager
+async def _migration_transaction_sqlite(
+    conn: AsyncConnection, lock_timeout: float
+) -> AsyncIterator[AsyncConnection]:
+    """SQLite: ``BEGIN IMMEDIATE`` (emitted by :func:`configure_migration_engine`) takes the
+    file's write lock, waiting up to the busy timeout; every statement of the migration,
+    DDL included, then runs in that one transaction."""
+    began = False
+    try:
+        async with conn.begin():
+            began = True
+            yield conn
+    except DBAPIError as error:
+        if not began and error_code(error) in RULES["sqlite"].transient_codes:
+            raise SchemaLockTimeout("BEGIN IMMEDIATE") from error
+        raise
+
+
+#: Dialect name -> the transaction a migration runs in, holding the schema lock.
+MIGRATION_TRANSACTIONS: dict[str, MigrationTransaction] = {
+    "postgresql": _migration_transaction_postgresql,
+    "mysql": _migration_transaction_mysql,
+    "sqlite": _migration_transaction_sqlite,
+}
+
+
+def migration_transaction(
+    conn: AsyncConnection, lock_timeout: float
+) -> AbstractAsyncContextManager[AsyncConnection]:
+    """The migration transaction of ``conn``'s dialect, holding the schema lock; see
+    :data:`MigrationTransaction`. ``ValueError`` for a dialect chatledger does not serve."""
+    try:
+        opener = MIGRATION_TRANSACTIONS[conn.dialect.name]
+    except KeyError:
+        raise ValueError(f"dialect {conn.dialect.name!r} is not supported") from None
+    return opener(conn, lock_timeout)
+
+
+def configure_migration_engine(engine: AsyncEngine, *, lock_timeout: float) -> None:
+    """Set up an engine that runs migrations. SQLite only: SQLAlchemy's documented recipe
+    for transactional DDL ("Serializable isolation / Savepoints / Transactional DDL"):
+    the driver's own transaction handling off (``isolation_level = None``, so sqlite3
+    neither begins nor commits on its own, and DDL no longer runs outside the
+    transaction) and an explicit ``BEGIN IMMEDIATE``, which waits for the write lock
+    up to ``lock_timeout`` seconds (the busy timeout)."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {max(0, round(lock_timeout * 1000))}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -11,7 +11,7 @@ from weakref import WeakKeyDictionary
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -95,27 +95,48 @@ class Ledger:
     async def ensure_ready(self) -> None:
         """Check the schema revision once; upgrade it first when ``auto_upgrade``.
 
+        Goes on when the database is at this chatledger's head, or at a newer revision
+        whose recorded ``compatible_from`` this chatledger ships (an expand revision of
+        a rolling deploy; logged once at INFO). See :func:`chatledger.migrate.standing`.
+        ``auto_upgrade`` upgrades a database that is behind under the schema lock
+        (:func:`chatledger.migrate.upgrade_schema`): of many processes starting at
+        once, one upgrades, the others wait for it and go on.
+
         Raises:
-            SchemaNotReady: the database is not at this chatledger's head revision;
-                the message names the command to run.
+            SchemaNotReady: the database is behind (and not ``auto_upgrade``), or at a
+                newer revision this chatledger cannot run on, or the schema lock was
+                not granted within :data:`chatledger.migrate.LOCK_TIMEOUT`; the message
+                names both revisions and what to do.
         """
         if self._ready:
             return
         async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             if self._ready:
                 return
-            head = migrate.head_revision()
-            current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
-            if current is not None and not migrate.is_known(current):
-                raise SchemaNotReady(migrate.ahead_message(self.url, current))
-            if self.auto_upgrade and current != head:
-                # Under the write lock, so that processes sharing one file upgrade it once.
-                await self._run(
-                    lambda conn: conn.run_sync(migrate.upgrade), options=self.rules.locked_write, ready=False
-                )
-            current = await self._run(lambda conn: conn.run_sync(migrate.current_revision), ready=False)
-            if current != head:
-                raise SchemaNotReady(migrate.behind_message(self.url, current))
+            state = await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
+            standing = migrate.standing(state)
+            # A revision still in alembic_version moves to chatledger's own table on upgrade.
+            if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
+                connect_args = dict(self.options.connect_args)
+                if self.options.pgbouncer:
+                    connect_args.update(dialects.pgbouncer_connect_args())
+                try:
+                    state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
+                except (SQLAlchemyError, OSError) as error:
+                    cause = getattr(error, "orig", None) or error
+                    if standing is migrate.Standing.BEHIND:
+                        raise SchemaNotReady(
+                            f"auto_upgrade of database {display(self.url)} from revision "
+                            f"{state.revision or '<none>'} to {migrate.head_revision()} failed: {cause}; "
+                            "upgrade it as the schema owner (`chatledger upgrade --dsn DSN`)"
+                        ) from error
+                    # Usable as it is; only the bookkeeping stays where it was.
+                    logger.warning("could not move the revision of %s: %s", display(self.url), cause)
+                standing = migrate.standing(state)
+            if standing is migrate.Standing.AHEAD_COMPATIBLE:
+                logger.info("%s", migrate.describe(self.url, state))
+            elif standing is not migrate.Standing.AT_HEAD:
+                raise SchemaNotReady(migrate.describe(self.url, state))
             query = self.rules.statement_limit_query
             if query is not None:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)

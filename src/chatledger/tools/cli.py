@@ -9,9 +9,10 @@ DSN rule, for every subcommand (from the chatledger ledger issue, see
 embedded SQLite default. Output shows a DSN only through
 :func:`chatledger.dsn.display`, so a password is never printed.
 
-Exit status: 0 success; 1 ``check`` found the database behind; 2 a usage error
-(bad arguments or DSN, unreachable server, database not migrated, unknown
-revision): one line on stderr, no traceback; 130 interrupted.
+Exit status: 0 success; 1 ``check`` found the database behind; 3 ``check`` found it
+at a newer revision this chatledger cannot run on; 2 a usage error (bad arguments
+or DSN, unreachable server, database not migrated, unknown revision, schema lock
+not granted in time): one line on stderr, no traceback; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -80,14 +81,27 @@ async def _demo(args: argparse.Namespace, console: Console) -> int:
 # -- schema commands ----------------------------------------------------------------
 
 
+def add_lock_timeout(parser: argparse.ArgumentParser) -> None:
+    """The ``--lock-timeout`` option of the commands that migrate."""
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=migrate.LOCK_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait for another process's migration to finish "
+        f"(default: {migrate.LOCK_TIMEOUT:g})",
+    )
+
+
 def _configure_upgrade(parser: argparse.ArgumentParser) -> None:
     add_dsn(parser)
     parser.add_argument("--revision", default="head", help="revision to upgrade to (default: head)")
+    add_lock_timeout(parser)
 
 
 async def _upgrade(args: argparse.Namespace, console: Console) -> int:
     url = resolve_dsn(args.dsn)
-    reached = await migrate.upgrade_database(url, args.revision)
+    reached = await migrate.upgrade_database(url, args.revision, lock_timeout=args.lock_timeout)
     _say(console, f"{display(url)} is at revision {_revision(reached)}")
     return 0
 
@@ -96,40 +110,54 @@ def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
     # Required, unlike elsewhere: a downgrade drops data, so it never falls back on a default.
     add_dsn(parser, required=True)
     parser.add_argument("revision", help="revision to downgrade to; 'base' drops every chatledger table")
+    add_lock_timeout(parser)
 
 
 async def _downgrade(args: argparse.Namespace, console: Console) -> int:
     url = resolve_dsn(args.dsn)
-    reached = await migrate.downgrade_database(url, args.revision)
+    reached = await migrate.downgrade_database(url, args.revision, lock_timeout=args.lock_timeout)
     _say(console, f"{display(url)} is at revision {_revision(reached)}")
     return 0
 
 
-async def _current_revision(url: URL) -> str | None:
-    """The database's revision; a SQLite file that does not exist yet has none (and is not created)."""
+async def _state(url: URL) -> migrate.SchemaState:
+    """The database's state; a SQLite file that does not exist yet has none (and is not created)."""
     path = sqlite_file(url)
     if path is not None and not path.exists():
-        return None
-    return await migrate.database_revision(url)
+        return migrate.SchemaState(None, None)
+    return await migrate.database_state(url)
 
 
 async def _current(args: argparse.Namespace, console: Console) -> int:
     url = resolve_dsn(args.dsn)
-    current = await _current_revision(url)
+    state = await _state(url)
+    where = f" (in {migrate.LEGACY_VERSION_TABLE})" if state.legacy else ""
     _say(console, f"database  {display(url)}")
-    _say(console, f"current   {_revision(current)}")
+    _say(console, f"current   {_revision(state.revision)}{where}")
+    _say(console, f"serves    chatledger from revision {_revision(state.compatible_from)} on")
     _say(console, f"head      {migrate.head_revision()}")
+    _say(console, f"standing  {migrate.standing(state).value}")
     return 0
+
+
+#: ``chatledger check`` exit status per standing: 0 this chatledger can use the database.
+CHECK_STATUS = {
+    migrate.Standing.AT_HEAD: 0,
+    migrate.Standing.AHEAD_COMPATIBLE: 0,
+    migrate.Standing.BEHIND: 1,
+    migrate.Standing.AHEAD_INCOMPATIBLE: 3,
+}
 
 
 async def _check(args: argparse.Namespace, console: Console) -> int:
     url = resolve_dsn(args.dsn)
-    current = await _current_revision(url)
-    if current != migrate.head_revision():
-        print(f"chatledger check: {migrate.behind_message(url, current)}", file=sys.stderr)
-        return 1
-    _say(console, f"{display(url)} is at head ({current})")
-    return 0
+    state = await _state(url)
+    status = CHECK_STATUS[migrate.standing(state)]
+    if status:
+        print(f"chatledger check: {migrate.describe(url, state)}", file=sys.stderr)
+    else:
+        _say(console, migrate.describe(url, state))
+    return status
 
 
 # -- stress -------------------------------------------------------------------------
@@ -208,7 +236,14 @@ COMMANDS: tuple[Command, ...] = (
     Command("upgrade", "migrate the database to the newest schema revision", _configure_upgrade, _upgrade),
     Command("downgrade", "migrate the database down to REVISION", _configure_downgrade, _downgrade),
     Command("current", "show the database's schema revision and the head revision", add_dsn, _current),
-    Command("check", "exit 0 if the database is at the head revision, 1 if not", add_dsn, _check),
+    Command(
+        "check",
+        "exit 0 if this chatledger can use the database (at its head, or at a newer revision "
+        "compatible with it), 1 if the database is behind (upgrade it), 3 if it is too new "
+        "(upgrade chatledger)",
+        add_dsn,
+        _check,
+    ),
     Command(
         "stress",
         "append from many processes at once; report throughput, errors, retries, gaps and duplicates "

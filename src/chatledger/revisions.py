@@ -1,0 +1,150 @@
+"""The revisions chatledger ships, and the conventions every revision file follows.
+
+The repository's ``migrations/`` folder is the Alembic script directory; the wheel
+carries the same files as ``chatledger/migrations``. How to write one:
+``migrations/README``.
+
+Conventions every revision file in ``migrations/versions/`` follows (checked by
+:func:`revisions` when it loads them, and by ``tests/test_revisions.py``):
+
+* **Frozen.** It imports nothing from ``chatledger``: its column types are plain
+  SQLAlchemy types, with ``with_variant`` for what :mod:`chatledger.types` renders per
+  dialect, defined in the file itself, so a later change of the live types cannot
+  change what an old revision creates.
+* **Linear.** ``down_revision`` is the previous head (a string), no branches, no merges.
+* **``compatible_from``** (a string): the oldest revision whose code runs correctly on
+  the schema this revision leaves. An *expand* revision (old code keeps reading and
+  writing correctly: a new nullable column, a new index, a new table) keeps its
+  predecessor's value; a *contract* revision (anything older code would get wrong)
+  names itself, or the head of an earlier release whose code already copes with the
+  change. The template's default is the revision itself, the safe choice.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+
+@cache
+def script_location() -> Path:
+    """The Alembic script directory: inside the installed package, or the source
+    checkout's ``migrations/`` for an editable install."""
+    packaged = Path(__file__).with_name("migrations")
+    if (packaged / "env.py").is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[2] / "migrations"
+    if (checkout / "env.py").is_file():
+        return checkout
+    raise RuntimeError("chatledger's migrations are missing from this installation")
+
+
+def alembic_config(connection: Connection | None = None, location: str | Path | None = None) -> Config:
+    """An Alembic ``Config`` for the revisions in ``location`` (default: the shipped ones).
+
+    With ``connection``, ``env.py`` runs the migrations on that (synchronous facade
+    of an async) connection, inside the caller's transaction, which holds the schema
+    lock; without, it opens the database named by ``-x dsn=...``, ``CHATLEDGER_DSN`` or
+    the embedded default and takes the lock itself.
+    """
+    config = Config()
+    config.set_main_option("script_location", str(location or script_location()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@dataclass(frozen=True)
+class Revisions:
+    """A linear revision history and each revision's ``compatible_from``."""
+
+    #: The script directory's path.
+    location: str
+    #: Revision ids, oldest first; the last is the head.
+    order: tuple[str, ...]
+    #: Revision id -> its ``compatible_from``.
+    compatible_from: Mapping[str, str]
+
+    @property
+    def head(self) -> str:
+        return self.order[-1]
+
+    def knows(self, revision: str | None) -> bool:
+        """Whether ``revision`` is one of these (exactly; no partial ids)."""
+        return revision in self.compatible_from
+
+
+def revisions(location: str | Path | None = None) -> Revisions:
+    """The revisions in ``location`` (default: the ones this chatledger ships), checked
+    against the conventions of this module's docstring.
+
+    Raises:
+        RuntimeError: no revision, a branch or merge, or a revision without a valid
+            ``compatible_from`` (a string naming itself or an earlier revision).
+    """
+    return _revisions(str(location or script_location()))
+
+
+@cache
+def _revisions(location: str) -> Revisions:
+    script = ScriptDirectory.from_config(alembic_config(location=location))
+    heads = script.get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"{location}: the revision history must have exactly one head, not {heads}")
+    chain: list[str] = []
+    compatible: dict[str, str] = {}
+    current: str | None = heads[0]
+    while current is not None:
+        found = script.get_revision(current)
+        assert found is not None
+        down = found.down_revision
+        if not (down is None or isinstance(down, str)) or found.is_merge_point or found.is_branch_point:
+            raise RuntimeError(
+                f"{found.path}: chatledger's revision history is linear (no branches or merges)"
+            )
+        value = getattr(found.module, "compatible_from", None)
+        if not isinstance(value, str):
+            raise RuntimeError(f"{found.path}: declares no compatible_from (a revision id string)")
+        chain.append(current)
+        compatible[current] = value
+        current = down
+    if len(chain) != len(list(script.walk_revisions())):
+        raise RuntimeError(f"{location}: revisions outside the one line from base to head")
+    chain.reverse()
+    for position, revision in enumerate(chain):
+        if compatible[revision] not in chain[: position + 1]:
+            raise RuntimeError(
+                f"revision {revision}: compatible_from {compatible[revision]!r} is neither itself nor "
+                "an earlier revision"
+            )
+    return Revisions(location, tuple(chain), compatible)
+
+
+def head_revision(location: str | Path | None = None) -> str:
+    """The newest revision this chatledger ships (or ``location`` holds)."""
+    return revisions(location).head
+
+
+def is_known(revision: str, location: str | Path | None = None) -> bool:
+    """Whether this chatledger ships ``revision`` (a newer one may have migrated the database)."""
+    return revisions(location).knows(revision)
+
+
+def imports_chatledger(path: Path) -> list[str]:
+    """The ``chatledger`` modules a revision file imports (it must import none)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "chatledger"]
+        elif isinstance(node, ast.ImportFrom) and (
+            node.level or (node.module or "").split(".")[0] == "chatledger"
+        ):
+            found.append("." * node.level + (node.module or ""))
+    return found

@@ -1,0 +1,113 @@
+"""The revision files are frozen and follow the conventions of :mod:`chatledger.migrate`.
+
+* They import nothing from ``chatledger``: their column types are their own, so a
+  later change of :mod:`chatledger.types` cannot change what an old revision creates.
+* Revision 0001 emits, on every backend, the same DDL byte for byte as when it still
+  used the live types (``tests/golden/``, recorded from that version).
+* The history is linear and every revision declares a valid ``compatible_from``;
+  the template of ``alembic revision`` writes one and imports nothing from chatledger.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from chatledger.migrate import alembic_config, imports_chatledger, revisions, upgrade_database
+
+from .conftest import Database
+from .schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, revision_file, script_directory
+
+GOLDEN = Path(__file__).with_name("golden")
+REVISION_FILES = sorted((MIGRATIONS / "versions").glob("*.py"))
+
+
+def test_there_are_revision_files() -> None:
+    assert [path.name for path in REVISION_FILES][:1] == ["0001_initial_schema.py"]
+
+
+@pytest.mark.parametrize("path", REVISION_FILES, ids=lambda path: path.name)
+def test_revision_imports_nothing_from_chatledger(path: Path) -> None:
+    assert imports_chatledger(path) == []
+    # Nor reaches it another way: no name in the file mentions the package.
+    names = {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
+    assert "chatledger" not in names
+
+
+def test_import_check_sees_every_form(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import chatledger.types\nfrom chatledger import schema\nfrom chatledger.types import Id\n"
+        "import sqlalchemy, chatledger\nfrom . import sibling\nimport chatledgerx\n"
+    )
+    assert imports_chatledger(probe) == [
+        "chatledger.types",
+        "chatledger",
+        "chatledger.types",
+        "chatledger",
+        ".",
+    ]
+
+
+def test_shipped_history_is_linear_with_compatible_from() -> None:
+    shipped = revisions()
+    assert shipped.order[0] == "0001"
+    assert shipped.compatible_from["0001"] == "0001"
+    for position, revision in enumerate(shipped.order):
+        assert shipped.compatible_from[revision] in shipped.order[: position + 1]
+
+
+def test_a_revision_without_compatible_from_is_refused(tmp_path: Path) -> None:
+    location = script_directory(tmp_path, {"9001_sloppy.py": revision_file("9001", "pass")})
+    with pytest.raises(RuntimeError, match=r"9001_sloppy.py: declares no compatible_from"):
+        revisions(location)
+
+
+def test_a_compatible_from_naming_a_later_revision_is_refused(tmp_path: Path) -> None:
+    later = revision_file("9002", "pass", compatible_from="9003")
+    location = script_directory(tmp_path, {"9002_forward.py": later})
+    with pytest.raises(RuntimeError, match=r"compatible_from '9003' is neither itself nor an earlier"):
+        revisions(location)
+
+
+def test_new_revision_template_is_frozen_and_declares_compatible_from(tmp_path: Path) -> None:
+    location = script_directory(tmp_path, {})
+    command.revision(alembic_config(location=location), message="probe", rev_id="0099")
+    (written,) = (location / "versions").glob("0099_*.py")
+    assert imports_chatledger(written) == []
+    assert revisions(location).compatible_from["0099"] == "0099"
+
+
+@contextmanager
+def recorded_ddl() -> Iterator[list[str]]:
+    """The DDL every engine of this process sends meanwhile (the upgrade runs on a
+    thread and engine of its own)."""
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith(("CREATE", "ALTER", "DROP")):
+            sent.append(statement.strip())
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+async def test_revision_0001_ddl_is_byte_for_byte_as_recorded(database: Database, tmp_path: Path) -> None:
+    async with fresh_database(database, tmp_path) as url:
+        with recorded_ddl() as sent:
+            assert await upgrade_database(url, "0001") == "0001"
+    bookkeeping = (*BOOKKEEPING, "alembic_version")
+    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
+    golden = (GOLDEN / f"ddl_0001_{database.backend}.sql").read_text()
+    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
