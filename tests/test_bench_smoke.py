@@ -26,6 +26,9 @@ TINY = Sizes(
     page=20,
     processes=2,
     process_appends=4,
+    agent_loads=(5, 20),
+    agent_sessions=3,
+    agent_appends=2,
 )
 
 
@@ -53,10 +56,19 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
         "append_vs_zett",
         "load_o_tail",
         "list_o_page",
+        "warm_load_5",
+        "warm_load_20",
+        "cold_load_20",
     ]
+    assert set(backend.agent_load) == {"5", "20"}
+    for kinds in backend.agent_load.values():
+        assert set(kinds) == {"cold", "cold floor", "warm", "warm floor"}
+        assert all(stats.samples == TINY.agent_sessions for stats in kinds.values())
+    assert all("in the driver" in target.reason for target in backend.targets[4:])
 
     printed = output.getvalue()
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
+    assert "load warm 20+2, p50 / p95 ms" in printed
     assert "PASS" in printed or "MISS" in printed
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]

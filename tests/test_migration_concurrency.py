@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chatledger.tools.cli import run
 from sqlalchemy.engine import URL, Connection
 
 from chatledger import SchemaNotReady
 from chatledger.migrate import SchemaState, database_state, head_revision, run_locked, upgrade_database
+from chatledger.tools.cli import run
 
 from .backends import Servers, fresh_name
 from .conftest import Database

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from chatledger.tools.cli import run
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
@@ -30,6 +29,7 @@ from chatledger.migrate import (
     standing,
     upgrade_database,
 )
+from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from chatledger.tools.cli import run
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import URL, Connection
 from zett_agent.messages import UserMessage
@@ -34,6 +33,7 @@ from chatledger.migrate import (
     upgrade_database,
 )
 from chatledger.schema import rein_sessions_table
+from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database

@@ -9,7 +9,13 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
   the floor, a bare one-row ``INSERT`` of the same raw-message row committed per
   call, through SQLAlchemy Core on chatledger's async driver and engine settings;
 * **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
-  messages, against a 50-message session (no checkpoint);
+  messages, against a 50-message session (no checkpoint); chatledger without its
+  load cache here (every load a first load, as zett's are), so that this measures
+  the reads;
+* **load as agents use it** (:mod:`chatledger.bench_load`): the first load of a
+  session of 50 and of 2,000 raw messages (cold) and its reload after the 3 messages
+  of a turn (warm, served from the load cache but for those), p50 and p95, each
+  against the floor, a bare ``SELECT`` of the same rows;
 * **list_sessions**, the first page of 20, over 10k and 100k sessions;
 * **appends from 8 processes**, to one shared session and to 8 sessions (one per
   process), with each store's error count and a read-back check (gaps, duplicates,
@@ -31,7 +37,13 @@ target                  ratio                                              bound
 ``append_vs_zett``      chatledger append throughput / zett's              >= 2
 ``load_o_tail``         chatledger load, 100k-message session / 50-message  <= 2
 ``list_o_page``         zett list_sessions time / chatledger's, 100k        >= 100
+``warm_load_50``        warm load p50 / its floor's, 50 messages           <= 1.5
+``warm_load_2000``      warm load p50 / its floor's, 2,000 messages        <= 1.5
+``cold_load_2000``      first load p50 / its floor's, 2,000 messages       <= 4
 ======================  =================================================  =========
+
+A missed target of the agent loads comes with a measured breakdown of the two medians
+(time in the driver's statement calls, and the rest) as its ``reason``.
 
 Run it as ``python bench/bench.py --dsn DSN [--dsn DSN ...] [--quick] [--json FILE]``
 with admin DSNs (a user that may create databases), for example
@@ -73,6 +85,7 @@ from ..dsn import display, resolve_dsn
 from ..engine import Ledger
 from ..migrate import upgrade_database
 from ..schema import raw_messages_table, sessions_table, snapshots_table
+from .bench_load import LatencyStats, LoadFloor, breakdown, measure_agent_loads
 from .harness import AppendJob, Store, error_kinds, open_store, run_workers, user_message, verify
 
 #: The contenders of the append measurement, in table order.
@@ -105,6 +118,9 @@ class Sizes:
         page: list_sessions page size.
         processes: worker processes of the concurrent appends.
         process_appends: appends per worker process in each concurrent run.
+        agent_loads: raw-message counts of the sessions of the agent loads.
+        agent_sessions: sessions per count; each gives one cold and one warm sample.
+        agent_appends: messages appended between a session's cold and warm load.
     """
 
     append_rounds: int = 9
@@ -118,9 +134,21 @@ class Sizes:
     page: int = 20
     processes: int = 8
     process_appends: int = 100
+    agent_loads: tuple[int, ...] = (50, 2_000)
+    agent_sessions: int = 40
+    agent_appends: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("append_rounds", "append_batch", "tail", "load_rounds", "list_rounds", "page"):
+        names = (
+            "append_rounds",
+            "append_batch",
+            "tail",
+            "load_rounds",
+            "list_rounds",
+            "page",
+            "agent_sessions",
+        )
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         for name in ("warmup", "processes", "process_appends"):
@@ -130,6 +158,8 @@ class Sizes:
             raise ValueError("load_messages must be non-empty and larger than tail")
         if not self.list_sessions or min(self.list_sessions) < self.page:
             raise ValueError("list_sessions must be non-empty and at least page")
+        if not self.agent_loads or min(self.agent_loads) < 1 or self.agent_appends < 0:
+            raise ValueError("agent_loads must be non-empty and positive, agent_appends not negative")
 
 
 #: ``--quick``: a smoke run of every measurement in well under a minute per backend.
@@ -142,6 +172,7 @@ QUICK = Sizes(
     list_sessions=(1_000, 10_000),
     list_rounds=3,
     process_appends=20,
+    agent_sessions=6,
 )
 
 
@@ -197,6 +228,8 @@ class Verdict:
     value: float
     op: str
     bound: float
+    #: What the value is made of, measured (the agent loads), shown when it is missed.
+    reason: str = ""
 
     @property
     def met(self) -> bool:
@@ -217,6 +250,8 @@ class BackendReport:
     list_sessions: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
     #: store -> "one session" / "own sessions" -> the run.
     concurrent: dict[str, dict[str, ConcurrentStats]] = field(default_factory=dict)
+    #: raw messages in the session (as text) -> cold / warm / their floors -> timings.
+    agent_load: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)
     targets: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -249,6 +284,10 @@ class BenchReport:
                         k: {mode: ConcurrentStats(**run) for mode, run in v.items()}
                         for k, v in backend["concurrent"].items()
                     },
+                    agent_load={
+                        count: {kind: LatencyStats(**stats) for kind, stats in kinds.items()}
+                        for count, kinds in backend.get("agent_load", {}).items()
+                    },
                     targets=[
                         Verdict(**{key: value for key, value in target.items() if key != "met"})
                         for target in backend["targets"]
@@ -258,6 +297,8 @@ class BenchReport:
             )
         sizes: dict[str, Any] = {key: value for key, value in data["sizes"].items()}
         sizes.update(load_messages=tuple(sizes["load_messages"]), list_sessions=tuple(sizes["list_sessions"]))
+        if "agent_loads" in sizes:
+            sizes["agent_loads"] = tuple(sizes["agent_loads"])
         return cls(data["machine"], Sizes(**sizes), reports)
 
     def to_json(self) -> dict[str, Any]:
@@ -728,6 +769,8 @@ async def bench_backend(
     async with fresh_databases(admin) as databases:
         await upgrade_database(databases.ledger)
         stores: dict[str, Store] = {}
+        #: Further stores the measurements open, closed at the end.
+        opened: list[Store] = []
         floor = Floor(databases.floor)
         try:
             stores = {kind: open_store(kind, getattr(databases, "ledger" if kind == "chatledger" else kind))
@@ -771,13 +814,38 @@ async def bench_backend(
                     _check(tail == sizes.tail, f"{kind} load of {label} gave {tail} messages")
                     _check((view.snapshot is not None) == bool(boundary), f"{kind} load of {label} snapshot")
             say(f"loads: {sizes.load_rounds} rounds")
+            # chatledger without its load cache: every load reads, as zett's do.
+            readers = {
+                **stores,
+                "chatledger": open_store("chatledger", databases.ledger, {"load_cache_messages": 0}),
+            }
+            opened.append(readers["chatledger"])
             load_calls: dict[tuple[str, str], Call] = {
                 (kind, label): functools.partial(store.load, session_id)
-                for kind, store in stores.items()
+                for kind, store in readers.items()
                 for label, (session_id, _, _) in load_sessions.items()
             }
             for (kind, label), stats_ in (await measure_calls(load_calls, sizes.load_rounds, rng)).items():
                 report.load.setdefault(kind, {})[label] = stats_
+
+            counts = ", ".join(map(str, sizes.agent_loads))
+            say(f"agent loads: seeding {sizes.agent_sessions} sessions each of {counts} messages")
+            agent_sessions: dict[int, list[str]] = {}
+            for count in sizes.agent_loads:
+                agent_sessions[count] = [f"agent-{count}-{index}" for index in range(sizes.agent_sessions)]
+                for session_id in agent_sessions[count]:
+                    await seeders["chatledger"].session(session_id, count, 0, offset_ms=-2)
+            await seeders["chatledger"].analyze(rules.analyze)
+            say(f"agent loads: cold and warm (+{sizes.agent_appends}) against the floor")
+            agent = open_store("chatledger", databases.ledger)
+            opened.append(agent)
+            load_floor = LoadFloor(databases.ledger)
+            try:
+                report.agent_load = await measure_agent_loads(
+                    agent, load_floor, agent_sessions, sizes.agent_appends, rng, _check
+                )
+            finally:
+                await load_floor.close()
 
             seeded = 0
             for count in sizes.list_sessions:
@@ -798,7 +866,7 @@ async def bench_backend(
                 for (kind, label), stats_ in timed.items():
                     report.list_sessions.setdefault(kind, {})[label] = stats_
         finally:
-            for store in stores.values():
+            for store in [*stores.values(), *opened]:
                 await store.close()
             await floor.close()
     report.targets = targets(report, sizes)
@@ -841,7 +909,36 @@ def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
             ">=",
             100.0,
         ),
+        *agent_load_targets(report, sizes),
     ]
+
+
+#: Bounds of the agent loads: a reload at most 1.5x a bare read of the same rows at
+#: every size, the first load of the largest at most 4x.
+WARM_LOAD_BOUND, COLD_LOAD_BOUND = 1.5, 4.0
+
+
+def agent_load_targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
+    """Warm load / floor at every size of ``sizes.agent_loads``, cold load / floor at
+    the largest; p50s, each with its measured breakdown."""
+    verdicts = []
+    largest = max(sizes.agent_loads)
+    for count in sizes.agent_loads:
+        stats = report.agent_load[str(count)]
+        for kind, bound in (("warm", WARM_LOAD_BOUND), ("cold", COLD_LOAD_BOUND)):
+            if kind == "cold" and count != largest:
+                continue
+            verdicts.append(
+                Verdict(
+                    f"{kind}_load_{count}",
+                    f"{kind} load p50 / floor p50, {count}-message session",
+                    stats[kind].median_ms / stats[f"{kind} floor"].median_ms,
+                    "<=",
+                    bound,
+                    reason=breakdown(stats, kind),
+                )
+            )
+    return verdicts
 
 
 # -- the whole run --------------------------------------------------------------------
@@ -893,6 +990,8 @@ async def run_bench(
         reports.append(report)
         if console is not None:
             console.print(render(report, sizes))
+            for line in missed_reasons(report):
+                console.print(f"  {line}", highlight=False, markup=False)
             for kind, runs in report.concurrent.items():
                 for mode, run in runs.items():
                     for error, count in run.error_kinds.items():
@@ -963,6 +1062,7 @@ def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
                 *cells,
             )
         )
+    rows += agent_load_rows(report, sizes, verdict_cells)
     lists = report.list_sessions
     for count in sizes.list_sessions:
         label = str(count)
@@ -1001,6 +1101,43 @@ def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
     return rows
 
 
+def agent_load_rows(
+    report: BackendReport, sizes: Sizes, verdict_cells: Callable[[str, str], tuple[str, str, str]]
+) -> list[tuple[str, ...]]:
+    """The agent loads' rows: p50 / p95 of chatledger and of the floor, the p50 ratio."""
+    rows: list[tuple[str, ...]] = []
+    verdicts = {verdict.name for verdict in report.targets}
+    for count in sizes.agent_loads:
+        stats = report.agent_load[str(count)]
+        for kind in ("cold", "warm"):
+            ours, floor = stats[kind], stats[f"{kind} floor"]
+            name = f"{kind}_load_{count}"
+            if name in verdicts:
+                cells = verdict_cells(name, "cl/floor ")
+            else:
+                cells = (f"cl/floor {ours.median_ms / floor.median_ms:.2f}", "", "")
+            what = f"{count:,}" if kind == "cold" else f"{count:,}+{sizes.agent_appends}"
+            rows.append(
+                (
+                    f"load {kind} {what}, p50 / p95 ms",
+                    f"{ours.median_ms:.2f} / {ours.p95_ms:.2f}",
+                    "",
+                    f"{floor.median_ms:.2f} / {floor.p95_ms:.2f}",
+                    *cells,
+                )
+            )
+    return rows
+
+
+def missed_reasons(report: BackendReport) -> list[str]:
+    """One line per missed target that carries a measured reason."""
+    return [
+        f"{verdict.name} missed: {verdict.reason}"
+        for verdict in report.targets
+        if not verdict.met and verdict.reason
+    ]
+
+
 def _title(report: BackendReport) -> str:
     return f"{report.backend}: {report.server_version.split(' on ')[0]}"
 
@@ -1029,6 +1166,9 @@ def markdown(report: BenchReport) -> str:
         lines += ["", f"**{_title(backend)}**", "", "| " + " | ".join(COLUMNS) + " |"]
         lines.append("|" + "|".join(":--" if c in ("measure", "target") else "--:" for c in COLUMNS) + "|")
         lines += ["| " + " | ".join(row) + " |" for row in table_rows(backend, report.sizes)]
+        reasons = missed_reasons(backend)
+        if reasons:
+            lines += ["", *(f"- {line}" for line in reasons)]
     return "\n".join(lines) + "\n"
 
 

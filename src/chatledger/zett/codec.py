@@ -9,16 +9,28 @@ stored, so a message zett's codec would not read back (a wrong field type, a
 non-string key in ``attributes`` or tool arguments, a mapping that looks like the
 codec's bytes marker) is refused at append instead of turning up as a corrupt row.
 JSON has one array type, so a tuple inside a free-form value comes back as a list.
+
+Reading is on every agent turn's path, so :func:`records` decodes a load's rows on
+a fast path (one pydantic-core pass over each stored JSON envelope, no parse of an
+empty metadata or tags object, no re-check of absent timing or usage) and hands
+every row it has any doubt about to :func:`record`, the reference decoder, whose
+result or error is then the answer. The fast path only ever accepts a row that
+:func:`record` accepts, with the same result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+import operator
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
+from pydantic import Field, TypeAdapter
+from sqlalchemy import Column
+from typing_extensions import TypedDict
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.extensions.events import MessageTiming
 from zett_agent.extensions.persistence import ContextSnapshot, RawMessageRecord
@@ -29,6 +41,7 @@ from zett_agent.model import ModelUsage
 from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages, encode_messages
 
 from .. import validate
+from ..schema import raw_messages_table
 
 _KINDS = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
 _TIMING_FIELDS = ("started_at", "completed_at", "reasoning_started_at", "reasoning_completed_at",
@@ -217,6 +230,102 @@ def record(row: Any) -> RawMessageRecord:
         )
     except (ValueError, TypeError, KeyError, RecursionError) as error:
         raise _corrupt(row.session_id, f"raw message at sequence {row.sequence}", column, error) from error
+
+
+# -- the fast path of a load ----------------------------------------------------------
+
+#: ``RawMessageRecord``'s fields, in its order (its positional arguments).
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(RawMessageRecord))
+_JSON_COLUMNS = {"message": "message_json", "metadata": "metadata_json", "tags": "tags_json"}
+#: The ``raw_messages`` columns a read selects: one per ``RawMessageRecord`` field, in
+#: its order (the JSON columns in the places of the values decoded from them), then
+#: ``role``. Not ``content`` or ``tool_name``: convenience copies for SQL readers.
+RECORD_COLUMNS: tuple[Column[Any], ...] = (
+    *(raw_messages_table.c[_JSON_COLUMNS.get(name, name)] for name in _RECORD_FIELDS),
+    raw_messages_table.c.role,
+)
+_MESSAGE, _METADATA, _TAGS = (_RECORD_FIELDS.index(name) for name in ("message", "metadata", "tags"))
+_ROLE = len(_RECORD_FIELDS)
+_TIMING = tuple(_RECORD_FIELDS.index(name) for name in (*_TIMING_FIELDS, *_DURATION_FIELDS))
+_TIMING_NAMES = tuple(_RECORD_FIELDS[index] for index in _TIMING)
+_DURATION = _RECORD_FIELDS.index("duration_ns")
+#: The timing values that are ``None`` for a message without streamed spans, and the
+#: token counts (all ``None`` but on an assistant message with usage), of a row's values.
+_spans = operator.itemgetter(
+    *(_RECORD_FIELDS.index(name) for name in (*_TIMING_FIELDS[2:], *_DURATION_FIELDS[1:]))
+)
+_usage = operator.itemgetter(*(_RECORD_FIELDS.index(name) for name in _USAGE_FIELDS))
+
+
+def _envelopes() -> TypeAdapter[Any]:
+    """zett's envelope list (``[{"kind": K, "data": {...}}]``) as one pydantic-core
+    validator of the stored JSON text: a union of the raw-log kinds discriminated by
+    ``kind``, each validating ``data`` as zett's own codec does
+    (``TypeAdapter(MESSAGE_TYPES[kind])``). A checkpoint kind is no member, so such a
+    row goes to :func:`record`, which refuses it."""
+    make: Any = TypedDict
+    members = tuple(
+        make(f"{cls.__name__}Envelope", {"kind": Literal[int(kind)], "data": cls})
+        for kind, cls in MESSAGE_TYPES.items()
+        if kind is not MessageKind.CHECKPOINT
+    )
+    union: Any = Union.__getitem__(members)
+    return TypeAdapter(list[Annotated[union, Field(discriminator="kind")]])
+
+
+_ENVELOPES = _envelopes()
+
+
+def _fast(values: list[Any]) -> RawMessageRecord:
+    """One row's values (:data:`RECORD_COLUMNS`) as a record; raises on any doubt."""
+    payload = values[_MESSAGE]
+    # zett's decoder turns every object whose one key is the bytes marker into bytes
+    # (a JSON hook); without the marker in the text, plain JSON is what it reads. A
+    # ``\u`` escape could spell the marker; JSON writes one only for control
+    # characters and lone surrogates (and the text has one where a message has a
+    # backslash before a "u"): such rows take the reference path.
+    if _BYTES_MARKER in payload or "\\u" in payload:
+        raise LookupError("reference path")
+    envelopes = _ENVELOPES.validate_json(payload)
+    if len(envelopes) != 1:
+        raise LookupError("reference path")
+    message = envelopes[0]["data"]
+    if values[_ROLE] != _KINDS[type(message)]:
+        raise LookupError("reference path")
+    values[_MESSAGE] = message
+    duration, spans = values[_DURATION], _spans(values)
+    if type(duration) is not int or duration < 0 or spans.count(None) != len(spans):
+        MessageTiming(**{name: values[index] for name, index in zip(_TIMING_NAMES, _TIMING, strict=True)})
+    usage = _usage(values)
+    absent = usage.count(None)
+    if absent != len(usage):
+        if absent:
+            raise LookupError("reference path")
+        ModelUsage(**dict(zip(_USAGE_FIELDS, usage, strict=True)))
+    metadata, tags = values[_METADATA], values[_TAGS]
+    values[_METADATA] = {} if metadata == "{}" else _context(metadata, "metadata", nonempty_keys=False)
+    values[_TAGS] = {} if tags == "{}" else _context(tags, "tags", nonempty_keys=True)
+    return RawMessageRecord(*values[:_ROLE])
+
+
+def records(rows: Iterable[Any]) -> list[RawMessageRecord]:
+    """Rows of :data:`RECORD_COLUMNS` as zett's ``RawMessageRecord`` s, in order.
+
+    Each row is decoded on the fast path; a row it cannot vouch for (bytes in the
+    message, a partial token set, anything that does not validate) is decoded by
+    :func:`record` instead, so the result and every error are the reference's.
+
+    Raises:
+        ValueError: a row cannot be decoded; names the session and sequence.
+    """
+    decoded: list[RawMessageRecord] = []
+    append = decoded.append
+    for row in rows:
+        try:
+            append(_fast(list(row)))
+        except (LookupError, ValueError, TypeError, RecursionError):
+            append(record(row))
+    return decoded
 
 
 def snapshot_json(message: object) -> str:

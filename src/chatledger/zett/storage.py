@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace, TracebackType
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, case, delete, null, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -26,12 +26,48 @@ from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
 from ..schema import snapshots_table as _snapshots
 from . import codec
+from .cache import CachedTail, TailCache
 
 #: Session type of sessions created by an append (zett's ``_DEFAULT_SESSION_TYPE``).
 DEFAULT_SESSION_TYPE = 0
 
 #: A session row that is not a tombstone; every read of a session filters on it.
 _live = _sessions.c.deleted_at.is_(None)
+#: A load's first statement: the counter row with its current checkpoint's columns as
+#: ``checkpoint_<name>``. The checkpoint's JSON is left out (NULL) when it is the one
+#: the load cache holds decoded already (``kept_snapshot``, its id; NULL for none).
+_HEAD = (
+    select(
+        _sessions,
+        *(
+            column.label(f"checkpoint_{column.name}")
+            for column in _snapshots.c
+            if column.name != "message_json"
+        ),
+        case(
+            (_snapshots.c.id == bindparam("kept_snapshot", type_=_snapshots.c.id.type), null()),
+            else_=_snapshots.c.message_json,
+        ).label("checkpoint_message_json"),
+    )
+    .outerjoin(
+        _snapshots,
+        (_snapshots.c.session_id == _sessions.c.id) & (_snapshots.c.version == _sessions.c.snapshot_version),
+    )
+    .where(_sessions.c.id == bindparam("session_id"), _live)
+)
+#: A load's tail rows: sequences ``after+1..through``. Both bounds: the upper one (the
+#: counter, read in the same snapshot) lets the planner see the range is the tail's
+#: size; with only a lower bound, PostgreSQL estimates it from the whole table's
+#: sequences and may scan and sort thousands of rows for a 50-message tail.
+_TAIL = (
+    select(*codec.RECORD_COLUMNS)
+    .where(
+        _raw.c.session_id == bindparam("session_id"),
+        _raw.c.sequence > bindparam("after"),
+        _raw.c.sequence <= bindparam("through"),
+    )
+    .order_by(_raw.c.sequence)
+)
 
 
 def _now() -> datetime:
@@ -70,6 +106,10 @@ class LedgerSessionStorage:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
             ``None`` reads ``CHATLEDGER_DSN``, then uses the embedded SQLite default
             (:func:`chatledger.dsn.default_sqlite_path`).
+        load_cache_messages: how many decoded raw messages :meth:`load` keeps for
+            the sessions it loaded, least recently loaded session evicted first
+            (each session counts its tail's messages plus one); 0 disables it.
+            ``TypeError`` / ``ValueError`` for a non-int or a negative number.
         **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
 
     One engine and pool per storage; :meth:`close` disposes of it, and the storage
@@ -79,8 +119,13 @@ class LedgerSessionStorage:
     upgrades itself.
     """
 
-    def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
+    def __init__(
+        self, dsn: str | URL | None = None, *, load_cache_messages: int = 10_000, **options: Any
+    ) -> None:
+        capacity = validate.integer(load_cache_messages, "load_cache_messages")
         self.ledger = Ledger(dsn, **options)
+        #: Decoded tails of the sessions loaded before (``None``: disabled); see :meth:`load`.
+        self.load_cache = TailCache(capacity) if capacity else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.ledger.url.render_as_string(hide_password=True)!r})"
@@ -111,51 +156,64 @@ class LedgerSessionStorage:
         append or snapshot is seen whole or not at all. An unknown or deleted session
         gives an empty ``SessionView`` (session type 0) and writes nothing.
 
+        A session this storage loaded before is loaded incrementally: the counter
+        row and checkpoint are read as always, and only the tail rows after the run
+        of records kept from the last load are fetched and decoded (see
+        :mod:`chatledger.zett.cache`; ``load_cache_messages`` bounds it). The view is
+        the same as without the cache, also when other processes write the session.
+        Its records are shared with later loads: treat them as read-only.
+
         Raises:
             ValueError: ``session_id`` is invalid, or a stored row is corrupt (the
                 message names the session and sequence).
         """
         session_id = validate.identifier(session_id, "session_id")
+        cache = self.load_cache
 
         async def work(conn: AsyncConnection) -> SessionView:
+            candidate = cache.peek(session_id) if cache is not None else None
+            kept_snapshot = candidate.snapshot if candidate is not None else None
             head = (
                 await conn.execute(
-                    select(_sessions, *(column.label(f"checkpoint_{column.name}") for column in _snapshots.c))
-                    .outerjoin(
-                        _snapshots,
-                        (_snapshots.c.session_id == _sessions.c.id)
-                        & (_snapshots.c.version == _sessions.c.snapshot_version),
-                    )
-                    .where(_sessions.c.id == session_id, _live)
+                    _HEAD, {"session_id": session_id, "kept_snapshot": getattr(kept_snapshot, "id", None)}
                 )
             ).one_or_none()
             if head is None:
+                if cache is not None:
+                    cache.discard(session_id)
                 return SessionView(session_type=DEFAULT_SESSION_TYPE)
-            # Both bounds of the tail: the upper one (the counter, read in this same
-            # snapshot) lets the planner see the range is the tail's size; with only
-            # ``sequence > boundary``, PostgreSQL estimates it from the whole table's
-            # sequences and may scan and sort thousands of rows for a 50-message tail.
-            tail = await conn.execute(
-                select(_raw)
-                .where(
-                    _raw.c.session_id == session_id,
-                    _raw.c.sequence > head.compacted_through_sequence,
-                    _raw.c.sequence <= head.last_sequence,
-                )
-                .order_by(_raw.c.sequence)
-            )
+            boundary, last = head.compacted_through_sequence, head.last_sequence
             snapshot = None
             if head.snapshot_version:
-                snapshot = codec.snapshot(
-                    _snapshot_view(head), session_id=head.id, version=head.snapshot_version
+                if kept_snapshot is not None and head.checkpoint_id == kept_snapshot.id:
+                    # The same checkpoint row (ids are UUIDv7s); _HEAD did not send its JSON.
+                    snapshot = kept_snapshot
+                else:
+                    snapshot = codec.snapshot(
+                        _snapshot_view(head), session_id=head.id, version=head.snapshot_version
+                    )
+            # The records kept from an earlier load of this generation that lie inside
+            # this transaction's tail, boundary+1..k; then the rows after them. The
+            # lower bound is the stored boundary, read in this transaction: a record
+            # at or below it is never served (cache.CachedTail.run).
+            kept = cache.get(session_id, head.created_at) if cache is not None else None
+            run = kept.run(boundary, last) if kept is not None else ()
+            after = boundary + len(run)
+            fetched: list[RawMessageRecord] = []
+            if after < last:
+                fetched = codec.records(
+                    await conn.execute(_TAIL, {"session_id": session_id, "after": after, "through": last})
                 )
+            tail = [*run, *fetched]
+            if cache is not None:
+                cache.put(session_id, CachedTail.of(head.created_at, boundary + 1, tail, snapshot))
             return SessionView(
                 parent_session_id=head.parent_session_id,
                 session_type=head.session_type,
                 title=head.title,
                 agent_name=head.agent_name,
                 snapshot=snapshot,
-                raw_tail=[codec.record(row) for row in tail],
+                raw_tail=tail,
             )
 
         return await self.ledger.read(work)
@@ -597,13 +655,15 @@ class LedgerSessionStorage:
         after = validate.integer(after_sequence, "after_sequence")
         through = validate.optional_integer(through_sequence, "through_sequence", minimum=1)
         limit, offset = _page(limit, offset)
-        statement = select(_raw).where(_raw.c.session_id == session_id, _raw.c.sequence > after)
+        statement = select(*codec.RECORD_COLUMNS).where(
+            _raw.c.session_id == session_id, _raw.c.sequence > after
+        )
         if through is not None:
             statement = statement.where(_raw.c.sequence <= through)
         statement = statement.order_by(_raw.c.sequence).offset(offset).limit(limit)
 
         async def work(conn: AsyncConnection) -> list[RawMessageRecord]:
-            return [codec.record(row) for row in await conn.execute(statement)]
+            return codec.records(await conn.execute(statement))
 
         return await self.ledger.read(work)
 
