@@ -5,12 +5,14 @@ column type (those live in :mod:`chatledger.types`) is a table entry here, keyed
 SQLAlchemy's dialect name: the append (sequence allocation and insert), the transient error
 codes that are safe to retry, the options of a snapshot-consistent read, the
 rein-session upsert, the greater of two instants (``updated_at`` never moves back),
-and the connection set-up of SQLite.
+the schema lock of migrations, and the connection set-up of SQLite (with its clean-up
+of a cancelled statement).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -20,11 +22,13 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
+
+logger = logging.getLogger("chatledger")
 
 #: Appends one raw message: allocates the next sequence of its session on the counter
 #: row (creating the session on its first append) and inserts the message with it, in
@@ -599,3 +603,39 @@ def configure_migration_engine(engine: AsyncEngine, *, lock_timeout: float) -> N
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def release_cancelled_statements(engine: AsyncEngine) -> None:
+    """aiosqlite: a statement interrupted by a cancellation (or another exit
+    exception) is reset before SQLAlchemy closes its connection, so that the close
+    rolls the transaction back and releases SQLite's write lock at once.
+
+    Why it is needed: SQLAlchemy takes an exit exception for a disconnect, so it
+    closes no cursor and terminates the connection instead
+    (``Connection._handle_dbapi_exception``). A statement that returns rows --
+    ``INSERT .. RETURNING``, which begins the write transaction -- stays active in
+    its sqlite3 cursor until its rows are fetched, and the cancellation came before
+    the fetch. sqlite3 closes with ``sqlite3_close_v2``, which leaves a connection
+    with an active statement open as a "zombie" until that statement is finalized
+    (when the cursor is garbage collected), with its transaction and the file's
+    write lock held: every other writer, in this process or another, waits out its
+    busy timeout.
+    Closing the cursor resets the statement first (aiosqlite runs the two in order
+    on the connection's thread).
+    """
+    if engine.dialect.driver != "aiosqlite":
+        return
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _reset_interrupted_statement(context: ExceptionContext) -> None:
+        if isinstance(context.original_exception, Exception) or context.execution_context is None:
+            return
+        # ExceptionContext.cursor is documented but not set by SQLAlchemy 2.1, so the
+        # cursor is read from the execution context, which is where it came from.
+        cursor = getattr(context.execution_context, "cursor", None)
+        if cursor is None:
+            return
+        try:
+            cursor.close()
+        except Exception:  # the connection is being discarded anyway
+            logger.debug("could not close the cursor of a cancelled statement", exc_info=True)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet, ref
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
@@ -38,6 +39,25 @@ class Ledger:
 
     The engine is created here, but nothing connects until the first call, so a
     ledger can be built before an event loop runs.
+
+    **One event loop at a time.** asyncpg and aiomysql connections belong to the
+    event loop that opened them, so the pool serves one loop: the first call binds
+    the ledger to its loop, and a call from another loop (the next ``asyncio.run``,
+    a worker's new loop) replaces the pool first (:meth:`_bind_loop`), logging it
+    at DEBUG. The old loop's idle connections are left unclosed -- they cannot be
+    closed from another loop -- for the garbage collector (aiomysql's finalizer
+    then prints "Event loop is closed" when that loop has ended; it is harmless).
+    Two loops running in two threads at once are not supported: the
+    pool is then replaced back and forth, opening new connections on every switch,
+    and a call that races a switch can check out a connection of the other loop
+    and fail with the driver's ``RuntimeError``. Give each such thread its own
+    storage.
+
+    **Forks.** In a child process (``os.fork``, gunicorn ``--preload``, celery
+    prefork, multiprocessing's ``fork`` start method), the ledger starts over with
+    a new, empty pool, as SQLAlchemy's "Using Connection Pools with Multiprocessing
+    or os.fork()" prescribes (``engine.dispose(close=False)``); the parent's
+    connections are neither used nor closed by the child.
     """
 
     def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
@@ -72,12 +92,16 @@ class Ledger:
                 f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
             ) from error
         dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
+        dialects.release_cancelled_statements(self.engine)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
         )
         self._ready = False
         self._closed = False
         self._ready_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
+        #: The event loop the pool's connections belong to (see :meth:`_bind_loop`).
+        self._loop: ref[asyncio.AbstractEventLoop] | None = None
+        _LEDGERS.add(self)
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
         #: Largest statement the server accepts, in bytes; read from the server (MySQL's
@@ -88,9 +112,43 @@ class Ledger:
         return f"Ledger({display(self.url)!r})"
 
     async def close(self) -> None:
-        """Dispose of the engine and every pooled connection; later calls raise ``RuntimeError``."""
+        """Dispose of the engine and every pooled connection; later calls raise ``RuntimeError``.
+
+        Called from another event loop than the pool's, it drops the pool without
+        closing its connections, which only their own loop could close.
+        """
         self._closed = True
-        await self.engine.dispose()
+        await self.engine.dispose(close=self._loop is None or self._loop() is asyncio.get_running_loop())
+
+    async def _bind_loop(self) -> None:
+        """Bind the pool to the running event loop, replacing it when the loop changed.
+
+        The previous loop's connections are dropped unclosed (``dispose(close=False)``):
+        asyncpg's and aiomysql's cannot be used or closed from another loop, and
+        calls still running on the previous loop keep theirs to the end. Runs
+        without awaiting anything, so that no other task sees a half-replaced pool.
+        """
+        loop = asyncio.get_running_loop()
+        bound = self._loop
+        if bound is not None and bound() is loop:
+            return
+        self._loop = ref(loop)
+        if bound is not None:
+            logger.debug(
+                "%r: the event loop changed; replacing the connection pool, "
+                "the previous loop's connections are left unclosed",
+                self,
+            )
+            self.engine.sync_engine.dispose(close=False)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: a new, empty pool, without closing the parent's connections."""
+        # Kept referenced for the child's lifetime: collecting them would close the
+        # inherited sockets and SQLite handles, which belong to the parent.
+        _INHERITED_POOLS.append(self.engine.sync_engine.pool)
+        self.engine.sync_engine.dispose(close=False)
+        self._loop = None
+        self._ready_locks = WeakKeyDictionary()
 
     async def ensure_ready(self) -> None:
         """Check the schema revision once; upgrade it first when ``auto_upgrade``.
@@ -177,6 +235,7 @@ class Ledger:
     async def _run(
         self, work: Work[T], *, write: bool = False, options: dict[str, Any] | None = None, ready: bool = True
     ) -> T:
+        await self._bind_loop()
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if ready and not self._ready:
@@ -225,6 +284,20 @@ class Ledger:
             except OSError as error:
                 raise StorageUnavailable(f"cannot reach {display(self.url)}: {error}") from error
         raise AssertionError("unreachable")
+
+
+#: Every ledger of this process, for the fork hook below; weak, so that none is kept alive.
+_LEDGERS: WeakSet[Ledger] = WeakSet()
+#: In a forked child, the pools inherited from the parent: never used, never closed.
+_INHERITED_POOLS: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    for ledger in list(_LEDGERS):
+        ledger._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _is_disconnect(error: DBAPIError) -> bool:

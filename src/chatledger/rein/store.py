@@ -17,14 +17,12 @@ Needs the ``rein`` extra (``pip install 'chatledger[rein]'``).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, TypeVarTuple
 
 from pydantic import ValidationError
 from rein.session import Session
@@ -37,10 +35,12 @@ from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
 from ..schema import rein_sessions_table as _rein
+from .bridge import Portal
 
 __all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
 
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 
 class VersionedSession(NamedTuple):
@@ -197,88 +197,6 @@ async def _list(ledger: Ledger, limit: int, offset: int) -> list[ReinSessionInfo
     return await ledger.read(work)
 
 
-# -- the loop thread ---------------------------------------------------------------
-
-
-class _LoopThread:
-    """One private event loop, run forever on a daemon thread started on first use.
-
-    Every connection of the store's pool is made and used on this loop, so none is
-    ever bound to a caller's loop that ends (rein's ``chat.send`` runs each turn in
-    its own ``asyncio.run``).
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The loop's thread once started (for tests and diagnostics)."""
-        return self._thread
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule ``coro`` on the loop, starting the thread on first use."""
-        with self._lock:
-            # Scheduled under the lock, so that a concurrent stop() comes wholly before
-            # (RuntimeError here) or after (the call runs, or is cancelled): never hangs.
-            if self._closed:
-                coro.close()
-                raise RuntimeError(f"this LedgerSessionStore is closed ({self._name})")
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=_serve, args=(loop,), name=self._name, daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and block the calling thread for its result."""
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError(f"a blocking call on {self._name} from its own loop would deadlock")
-        return self.submit(coro).result()
-
-    async def acall(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and await its result without blocking the caller's loop."""
-        return await asyncio.wrap_future(self.submit(coro))
-
-    def stop(self, final: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        """Run ``final()`` on the loop, then stop the loop and join its thread (idempotent)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
-            return
-        if threading.current_thread() is thread:  # garbage-collected on its own loop: no waiting
-            loop.call_soon(loop.stop)
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(final(), loop).result()
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join()
-
-
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_forever()
-    finally:
-        # Calls still in flight when the store closes are cancelled, not left hanging.
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-
 # -- the store ---------------------------------------------------------------------
 
 
@@ -303,19 +221,25 @@ class LedgerSessionStore:
 
     **Threads and event loops.** rein's protocol is synchronous, so ``save``,
     ``load`` and the rest block the calling thread until the database answers.
-    The store owns one private event loop on a daemon thread, started on first
-    use: every call runs there, on the store's one engine and pool, so the store
-    works from a plain script, between ``chat.send`` calls (each runs its own
-    ``asyncio.run``), from several threads at once, and from code already inside a
-    running event loop -- which a blocking call then holds up for one database
-    round trip. Async applications use the twins ``asave``, ``aload``,
-    ``aload_versioned``, ``adelete``, ``acontains``, ``alist_sessions`` and
-    ``aclose``: they hand the same work to the store's loop and await it with
-    ``asyncio.wrap_future``, so the caller's loop keeps running. (A pool cannot
-    serve two loops -- asyncpg and aiomysql connections belong to the loop that
-    opened them -- so the async twins do not run the queries on the caller's loop;
-    the cost is one thread hop per call.) Cancelling an awaiting twin cancels the
-    work, whose transaction then rolls back.
+    The store owns one private event loop on a daemon thread (anyio's blocking
+    portal), started on first use: every call runs there, on the store's one
+    engine and pool, so the store works from a plain script, between
+    ``chat.send`` calls (each runs its own ``asyncio.run``), from several threads
+    at once, and from code already inside a running event loop -- which a
+    blocking call then holds up for one database round trip. Async applications
+    use the twins ``asave``, ``aload``, ``aload_versioned``, ``adelete``,
+    ``acontains``, ``alist_sessions`` and ``aclose``: they hand the same work to
+    the store's loop and await it (``BlockingPortal.call_async``), so the
+    caller's loop keeps running. (A pool cannot serve two loops -- asyncpg and
+    aiomysql connections belong to the loop that opened them -- so the async twins
+    do not run the queries on the caller's loop; the cost is one thread hop per
+    call.) Cancelling an awaiting twin cancels the work and waits for it to end,
+    its transaction rolled back.
+
+    **Forks.** A store used before ``os.fork()`` (gunicorn ``--preload``, celery
+    prefork, multiprocessing's ``fork`` start method) works in the child: the
+    child starts its own loop thread and pool on its first call, and neither uses
+    nor closes the parent's, which keeps working.
 
     A server database must be migrated first (``chatledger upgrade`` or ``alembic
     upgrade head``); the first call raises :class:`chatledger.SchemaNotReady`
@@ -326,7 +250,7 @@ class LedgerSessionStore:
 
     def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
         self.ledger = Ledger(dsn, **options)
-        self._runner = _LoopThread(f"chatledger-rein-{id(self):x}")
+        self._runner = Portal(f"chatledger-rein-{id(self):x}")
         # Holds the ledger and the runner, never the store, so that it can run at GC.
         self._finalizer = weakref.finalize(self, self._runner.stop, self.ledger.close)
 
@@ -371,7 +295,7 @@ class LedgerSessionStore:
             TypeError: ``id`` is not a ``str``, ``session`` not a ``rein.Session``,
                 ``expected_version`` not an ``int``.
         """
-        self._runner.call(self._prepare_save(id, session, expected_version))
+        self._runner.call(_save, self.ledger, *self._prepare_save(id, session, expected_version))
 
     def load(self, id: str) -> Session | None:
         """The session stored under ``id``, or ``None`` (rein's ``SessionStore.load``).
@@ -393,14 +317,14 @@ class LedgerSessionStore:
         deleted. Raises ``ValueError`` / ``TypeError``
         for a bad ``id`` (see :meth:`save`).
         """
-        return self._runner.call(_delete(self.ledger, _id(id)))
+        return self._runner.call(_delete, self.ledger, _id(id))
 
     def __contains__(self, id: object) -> bool:
         """``id in store``: whether a session is stored under ``id``.
 
         A bad ``id`` raises ``ValueError`` / ``TypeError`` (see :meth:`save`).
         """
-        return self._runner.call(_contains(self.ledger, _id(id)))
+        return self._runner.call(_contains, self.ledger, _id(id))
 
     # -- versions and listing ------------------------------------------------------------
 
@@ -410,7 +334,7 @@ class LedgerSessionStore:
         Pass the version to ``save(id, session, expected_version=version)`` to save
         only if nobody else saved in between. Raises as :meth:`load` does.
         """
-        return self._runner.call(_load(self.ledger, _id(id)))
+        return self._runner.call(_load, self.ledger, _id(id))
 
     def list_sessions(self, limit: int = 100, offset: int = 0) -> list[ReinSessionInfo]:
         """One page of stored rein sessions, newest save first (``updated_at``, then
@@ -423,13 +347,13 @@ class LedgerSessionStore:
             ValueError: ``limit`` < 1 or ``offset`` < 0. TypeError: not an ``int``.
         """
         limit, offset = _page(limit, offset)
-        return self._runner.call(_list(self.ledger, limit, offset))
+        return self._runner.call(_list, self.ledger, limit, offset)
 
     # -- async twins --------------------------------------------------------------------
 
     async def asave(self, id: str, session: Session, *, expected_version: int | None = None) -> None:
         """:meth:`save` for async code: awaits without blocking the caller's loop."""
-        await self._runner.acall(self._prepare_save(id, session, expected_version))
+        await self._runner.acall(_save, self.ledger, *self._prepare_save(id, session, expected_version))
 
     async def aload(self, id: str) -> Session | None:
         """:meth:`load` for async code."""
@@ -438,20 +362,20 @@ class LedgerSessionStore:
 
     async def aload_versioned(self, id: str) -> VersionedSession | None:
         """:meth:`load_versioned` for async code."""
-        return await self._runner.acall(_load(self.ledger, _id(id)))
+        return await self._runner.acall(_load, self.ledger, _id(id))
 
     async def adelete(self, id: str) -> bool:
         """:meth:`delete` for async code."""
-        return await self._runner.acall(_delete(self.ledger, _id(id)))
+        return await self._runner.acall(_delete, self.ledger, _id(id))
 
     async def acontains(self, id: str) -> bool:
         """``id in store`` for async code."""
-        return await self._runner.acall(_contains(self.ledger, _id(id)))
+        return await self._runner.acall(_contains, self.ledger, _id(id))
 
     async def alist_sessions(self, limit: int = 100, offset: int = 0) -> list[ReinSessionInfo]:
         """:meth:`list_sessions` for async code."""
         limit, offset = _page(limit, offset)
-        return await self._runner.acall(_list(self.ledger, limit, offset))
+        return await self._runner.acall(_list, self.ledger, limit, offset)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -487,8 +411,9 @@ class LedgerSessionStore:
 
     def _prepare_save(
         self, id: str, session: Session, expected_version: int | None
-    ) -> Coroutine[Any, Any, int]:
-        """Validate and serialize in the caller's thread, before anything is submitted."""
+    ) -> tuple[str, str, int | None]:
+        """Validate and serialize in the caller's thread, before anything is submitted:
+        the arguments of :func:`_save` after the ledger."""
         id = _id(id)
         if not isinstance(session, Session):
             raise TypeError(f"session must be a rein.Session, not {type(session).__name__}")
@@ -497,7 +422,7 @@ class LedgerSessionStore:
             session_json = session.model_dump_json()
         except ValueError as error:  # pydantic's PydanticSerializationError
             raise ValueError(f"session cannot be serialized to JSON: {error}") from None
-        return _save(self.ledger, id, validate.text(session_json, "session"), expected)
+        return id, validate.text(session_json, "session"), expected
 
 
 def _id(value: object) -> str:

@@ -113,7 +113,11 @@ class LedgerSessionStorage:
         **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
 
     One engine and pool per storage; :meth:`close` disposes of it, and the storage
-    is an async context manager. A server database must be migrated first
+    is an async context manager. The pool serves one event loop at a time: used
+    from a new loop (the next ``asyncio.run``) the storage replaces it, and a
+    forked child starts with a new one; sharing one storage between loops running
+    in two threads at once is not supported (see :class:`chatledger.engine.Ledger`).
+    A server database must be migrated first
     (``alembic upgrade head``); the first call raises
     :class:`chatledger.SchemaNotReady` otherwise. The embedded SQLite database
     upgrades itself.
