@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar, TypeVarTuple
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from rein.session import Session
@@ -38,9 +38,6 @@ from ..schema import rein_sessions_table as _rein
 from .bridge import Portal
 
 __all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
-
-T = TypeVar("T")
-Args = TypeVarTuple("Args")
 
 
 class VersionedSession(NamedTuple):
