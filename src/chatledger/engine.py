@@ -72,6 +72,7 @@ class Ledger:
                 f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
             ) from error
         dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
+        dialects.configure_galera(self.engine)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
         )
