@@ -24,11 +24,13 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
+from rich.console import Console
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
 from chatledger import StorageUnavailable
+from chatledger.cli import run
 from chatledger.migrate import upgrade_database
 from chatledger.stress import run_stress
 from chatledger.zett import LedgerSessionStorage
@@ -183,3 +185,25 @@ async def test_killed_node_clients_fail_others_go_on_nothing_lost_node_rejoins(
         stored = {record.sequence: getattr(record.message, "content", None) for record in records}
         assert {sequence: stored.get(sequence) for sequence in expected} == expected
     assert cluster.nodes[2].status("wsrep_local_state_comment") == "Synced"
+
+
+async def test_stress_command_reports_the_cluster(
+    nodes: list[URL], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["stress", "--cluster", "--processes", "3", "--appends", "10", "--shared-only"]
+    for url in nodes:
+        argv += ["--dsn", _dsn(url)]
+    assert await run(argv, Console(width=250, highlight=False)) == 0
+    out = capsys.readouterr().out
+    assert "causal misses" in out and "errors per node" in out
+    row = next(line for line in out.splitlines() if "mysql" in line and "│" in line)
+    cells = [cell.strip() for cell in row.split("│") if cell.strip()]
+    # backend, appends/s, acknowledged, errors, retries, gaps, duplicates, lost, nodes,
+    # causal reads, causal misses, errors per node, disagreeing, unreachable
+    assert cells[2:4] == ["30", "0"] and cells[5:9] == ["0", "0", "0", "3"]
+    assert cells[9:] == ["30", "0", "0/0/0", "0", "0"]
+
+
+async def test_stress_cluster_needs_every_node(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await run(["stress", "--cluster", "--dsn", "mysql://root@127.0.0.1:1/x"]) == 2
+    assert "--cluster needs the DSN of every node" in capsys.readouterr().err
