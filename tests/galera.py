@@ -188,7 +188,9 @@ def main() -> None:
     try:
         cluster.start()
         for node in cluster.nodes:
-            print(f"node{node.index + 1} {node.admin_url.render_as_string(hide_password=False)}", flush=True)
+            dsn = node.admin_url.render_as_string(hide_password=False)
+            pid = node.process.pid if node.process else "-"
+            print(f"node{node.index + 1} pid {pid} {dsn}", flush=True)
         print(f"logs under {', '.join(str(node.root) for node in cluster.nodes)}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
