@@ -192,8 +192,10 @@ def main() -> None:
             pid = node.process.pid if node.process else "-"
             print(f"node{node.index + 1} pid {pid} {dsn}", flush=True)
         print(f"logs under {', '.join(str(node.root) for node in cluster.nodes)}", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        # Blocked first, so that sigwait receives them instead of their handlers.
+        stop = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)
     finally:
         cluster.close()
 

@@ -162,16 +162,16 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
 
     if args.processes < 1 or args.appends < 1:
         raise ValueError("--processes and --appends must be at least 1")
-    table = Table(title=f"stress: {args.processes} processes x {args.appends} appends")
-    columns = ["backend", "appends/s", "acknowledged", "errors", "retries", "gaps", "duplicates", "lost"]
-    if args.cluster:
-        columns += ["nodes", "causal reads", "causal misses", "errors per node", "disagreeing", "unreachable"]
-    for column in columns:
-        table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
-    clean = True
-    targets: list[Any] = [args.dsn or []] if args.cluster else (args.dsn or [None])
-    if args.cluster and len(targets[0]) < 2:
+    if args.cluster and len(args.dsn or []) < 2:
         raise ValueError("--cluster needs the DSN of every node: --dsn NODE1 --dsn NODE2 ...")
+    table = Table(title=f"stress: {args.processes} processes x {args.appends} appends")
+    for column in ("backend", "appends/s", "acknowledged", "errors", "retries", "gaps", "duplicates", "lost"):
+        table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
+    cluster = Table(title="the cluster's nodes: causal reads (through the next node) and agreement")
+    for column in ("nodes", "causal reads", "causal misses", "errors per node", "disagreeing", "unreachable"):
+        cluster.add_column(column, justify="right", min_width=len(column), no_wrap=True)
+    clean = True
+    targets: list[Any] = [args.dsn] if args.cluster else (args.dsn or [None])
     for dsn in targets:
         nodes = [resolve_dsn(node) for node in dsn] if args.cluster else [resolve_dsn(dsn)]
         _say(console, f"stressing {', '.join(display(url) for url in nodes)} ...")
@@ -182,30 +182,30 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
             own_sessions=not args.shared_only,
         )
         clean = clean and report.clean
-        counts = [
+        counts = (
             report.acknowledged,
             report.errors,
             report.retries,
             report.gaps,
             report.duplicates,
             report.lost,
-        ]
-        cells = [str(count) for count in counts]
-        if args.cluster:
-            cells += [
-                str(report.nodes),
-                str(report.causal_reads),
-                str(report.causal_misses),
-                "/".join(str(count) for count in report.node_errors),
-                str(report.disagreeing_nodes),
-                str(report.unreachable_nodes),
-            ]
-        table.add_row(report.backend, f"{report.appends_per_second:.0f}", *cells)
+        )
+        table.add_row(report.backend, f"{report.appends_per_second:.0f}", *(str(count) for count in counts))
+        cluster.add_row(
+            str(report.nodes),
+            str(report.causal_reads),
+            str(report.causal_misses),
+            "/".join(str(count) for count in report.node_errors),
+            str(report.disagreeing_nodes),
+            str(report.unreachable_nodes),
+        )
         for sample in report.error_samples:
             for node in dsn if args.cluster else [dsn]:
                 sample = _mask_password(sample, node)
             _say(console, f"error: {sample}")
     console.print(table)
+    if args.cluster:
+        console.print(cluster)
     return 0 if clean else 1
 
 
