@@ -1,41 +1,113 @@
-"""Where the test databases come from, per backend.
+"""Where the test databases come from: the test targets, one per database server.
 
-SQLite always runs. PostgreSQL and MySQL come from ``CHATLEDGER_TEST_POSTGRES_DSN``
-/ ``CHATLEDGER_TEST_MYSQL_DSN`` (a server DSN whose user may create databases);
-otherwise testcontainers starts them when a Docker engine answers; otherwise their
-tests are skipped with the reason -- unless ``CHATLEDGER_REQUIRE_BACKENDS`` names
-them, and then the run fails.
+A target is one server the conformance suite runs on, named as its tests are
+(``test_x[postgresql-17]``): its dialect first, so ``-k postgresql`` selects every
+PostgreSQL server, then which server. The ``backend`` fixture stays the dialect
+name ("sqlite", "postgresql", "mysql").
+
+- ``sqlite``: a temporary file, always.
+- ``postgresql-dsn`` / ``mysql-dsn``: the server of ``CHATLEDGER_TEST_POSTGRES_DSN``
+  / ``CHATLEDGER_TEST_MYSQL_DSN`` (a server DSN whose user may create databases),
+  for users with their own servers. CI points them at this machine's PostgreSQL 15
+  and MariaDB 10.11.
+- ``postgresql-17`` / ``mysql-mariadb-11.8``: containers started through
+  testcontainers from the image of ``docker/build-images.sh``.
+- ``mysql-8.4``: the official MySQL image, only when ``CHATLEDGER_TEST_MYSQL8_IMAGE``
+  names it (an engine that can pull from Docker Hub): no MySQL server can be had
+  without one.
+
+``CHATLEDGER_TEST_CONTAINERS=0`` leaves the container targets out. A target that
+cannot run is skipped, with one reason per target, unless
+``CHATLEDGER_REQUIRE_BACKENDS`` names it (a target, or a dialect: every target of
+it); then the run fails, once, naming the reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from chatledger.dsn import resolve_dsn
+from chatledger.dsn import display, resolve_dsn
 
-BACKENDS = ("sqlite", "postgresql", "mysql")
+from . import containers
+
+T = TypeVar("T")
+
+DIALECTS = ("sqlite", "postgresql", "mysql")
 DSN_VARIABLES = {"postgresql": "CHATLEDGER_TEST_POSTGRES_DSN", "mysql": "CHATLEDGER_TEST_MYSQL_DSN"}
-#: Images of docker/compose.yaml, for testcontainers.
-IMAGES = {"postgresql": "postgres:16", "mysql": "mysql:8.4"}
+#: Seconds a DSN server may take to answer the availability probe.
+PROBE_TIMEOUT = 10
+
+
+@dataclass(frozen=True)
+class Target:
+    """One server of the matrix: a test id, its dialect, and where it comes from."""
+
+    name: str
+    dialect: str
+    #: The DSN variable naming the server, for a server of the user's own.
+    variable: str | None = None
+    #: The container spec (``tests.containers.SPECS``) of a containerised server.
+    container: str | None = None
+    #: The server's major version, checked once it answers (containers only: a DSN
+    #: server is whatever the user has).
+    major: str | None = None
+
+    @property
+    def source(self) -> str:
+        if self.variable:
+            return f"${self.variable}"
+        if self.container:
+            return f"container {containers.SPECS[self.container].image}"
+        return "a temporary file"
+
+
+ALL_TARGETS: tuple[Target, ...] = (
+    Target("sqlite", "sqlite"),
+    Target("postgresql-dsn", "postgresql", variable=DSN_VARIABLES["postgresql"]),
+    Target("postgresql-17", "postgresql", container="postgresql-17", major="17"),
+    Target("mysql-dsn", "mysql", variable=DSN_VARIABLES["mysql"]),
+    Target("mysql-mariadb-11.8", "mysql", container="mysql-mariadb-11.8", major="11.8"),
+    Target("mysql-8.4", "mysql", container="mysql-8.4", major="8.4"),
+)
+
+
+def _enabled(target: Target) -> bool:
+    if target.name == "mysql-8.4":
+        return bool(os.environ.get("CHATLEDGER_TEST_MYSQL8_IMAGE"))
+    return True
+
+
+#: The targets of this run (test ids of the ``database`` fixture), by name.
+TARGETS: dict[str, Target] = {target.name: target for target in ALL_TARGETS if _enabled(target)}
+#: Kept for modules that iterate dialects.
+BACKENDS = DIALECTS
 
 
 def required_backends() -> set[str]:
+    """The names of ``CHATLEDGER_REQUIRE_BACKENDS``: dialects and target names."""
     names = {
         name.strip() for name in os.environ.get("CHATLEDGER_REQUIRE_BACKENDS", "").split(",") if name.strip()
     }
-    unknown = names - set(BACKENDS)
+    unknown = names - set(DIALECTS) - {target.name for target in ALL_TARGETS}
     if unknown:
         raise ValueError(f"CHATLEDGER_REQUIRE_BACKENDS names unknown backends: {sorted(unknown)}")
     return names
+
+
+def is_required(target: Target) -> bool:
+    names = required_backends()
+    return target.name in names or target.dialect in names
 
 
 def serializable_postgres() -> bool:
@@ -44,36 +116,15 @@ def serializable_postgres() -> bool:
     return os.environ.get("CHATLEDGER_TEST_PG_SERIALIZABLE", "") not in ("", "0")
 
 
-def docker_answers() -> bool:
-    try:
-        import docker  # installed with testcontainers
-
-        client = docker.from_env(timeout=3)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
+def containers_disabled() -> bool:
+    return os.environ.get("CHATLEDGER_TEST_CONTAINERS", "") == "0"
 
 
-@contextmanager
-def container_dsn(backend: str) -> Iterator[str]:
-    """Start a throwaway server with testcontainers and yield its admin DSN."""
-    if backend == "postgresql":
-        from testcontainers.community.postgres import PostgresContainer
-
-        with PostgresContainer(
-            IMAGES[backend], username="chatledger", password="chatledger", dbname="chatledger"
-        ) as pg:
-            yield f"postgresql://chatledger:chatledger@{pg.get_container_host_ip()}:{pg.get_exposed_port(5432)}/chatledger"
-    else:
-        from testcontainers.community.mysql import MySqlContainer
-
-        with MySqlContainer(
-            IMAGES[backend], username="root", password="chatledger", dbname="chatledger"
-        ) as my:
-            yield f"mysql://root:chatledger@{my.get_container_host_ip()}:{my.get_exposed_port(3306)}/chatledger"
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to completion on a loop of its own thread, from a pytest hook
+    (the test session's event loop is left alone)."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 @dataclass
@@ -102,6 +153,16 @@ class Server:
     async def execute(self, sql: str) -> None:
         await self._admin(sql)
 
+    async def version(self) -> str:
+        """The server's version string, e.g. ``17.6 (Debian 17.6-1)`` or ``11.8.3-MariaDB-1``."""
+        engine = create_async_engine(self.admin_url, poolclass=NullPool)
+        try:
+            async with engine.connect() as conn:
+                query = "SHOW server_version" if self.backend == "postgresql" else "SELECT VERSION()"
+                return str(await asyncio.wait_for(conn.scalar(text(query)), PROBE_TIMEOUT))
+        finally:
+            await engine.dispose()
+
     async def _admin(self, sql: str) -> None:
         engine = create_async_engine(self.admin_url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
         try:
@@ -115,27 +176,73 @@ def fresh_name(prefix: str = "chatledger_test") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
+@dataclass(frozen=True)
+class Found:
+    """A target's server and its version, or the reason it cannot run (``server`` None)."""
+
+    server: Server | None
+    version: str = ""
+    reason: str = ""
+
+
 class Servers:
-    """Resolves each server backend once per test session (variables, then containers)."""
+    """Resolves each target once per test process (xdist worker): the DSN variable's
+    server, or a started container; and removes the containers at the end."""
 
     def __init__(self) -> None:
-        self._stack = ExitStack()
-        self._found: dict[str, Server | str] = {}
+        self._found: dict[str, Found] = {}
+        self._running: list[containers.RunningServer] = []
+
+    def resolve(self, target: Target) -> Found:
+        """The target's server (started on first use), or why it cannot run."""
+        if target.name not in self._found:
+            self._found[target.name] = self._resolve(target)
+        return self._found[target.name]
 
     def get(self, backend: str) -> Server | str:
-        """The server, or the reason it is missing."""
-        if backend not in self._found:
-            self._found[backend] = self._find(backend)
-        return self._found[backend]
+        """The server of a dialect (its DSN target, else its container target), or the
+        reason there is none: for tests that need this machine's server of a dialect."""
+        reasons = []
+        for target in TARGETS.values():
+            if target.dialect == backend and target.dialect != "sqlite":
+                found = self.resolve(target)
+                if found.server is not None:
+                    return found.server
+                reasons.append(f"{target.name}: {found.reason}")
+        return "; ".join(reasons) or f"no {backend} target"
 
-    def _find(self, backend: str) -> Server | str:
-        variable = DSN_VARIABLES[backend]
-        dsn = os.environ.get(variable)
-        if not dsn:
-            if not docker_answers():
-                return f"{variable} is not set and no Docker engine answers for testcontainers"
-            dsn = self._stack.enter_context(container_dsn(backend))
-        return Server(backend, resolve_dsn(dsn))
+    def _resolve(self, target: Target) -> Found:
+        if target.dialect == "sqlite":
+            return Found(None, "SQLite (aiosqlite)")
+        if target.variable:
+            dsn = os.environ.get(target.variable)
+            if not dsn:
+                return Found(None, reason=f"{target.variable} is not set")
+        else:
+            assert target.container is not None
+            if containers_disabled():
+                return Found(None, reason="containers are turned off (CHATLEDGER_TEST_CONTAINERS=0)")
+            problem = containers.docker_problem()
+            spec = containers.SPECS[target.container]
+            problem = problem or containers.image_problem(spec)
+            if problem:
+                return Found(None, reason=problem)
+            running = containers.RunningServer(target.name, spec)
+            try:
+                running.start()
+            except Exception as error:
+                return Found(None, reason=f"the container did not start: {type(error).__name__}: {error}")
+            self._running.append(running)
+            dsn = running.dsn
+        server = Server(target.dialect, resolve_dsn(dsn))
+        try:
+            version = run_sync(server.version())
+        except Exception as error:
+            return Found(None, reason=f"{display(server.admin_url)} does not answer: {error}")
+        if target.major and not version.startswith(f"{target.major}."):
+            return Found(None, reason=f"expected server version {target.major}, found {version}")
+        return Found(server, version)
 
     def close(self) -> None:
-        self._stack.close()
+        while self._running:
+            self._running.pop().stop()

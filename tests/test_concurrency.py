@@ -13,7 +13,6 @@ from zett_agent.messages import UserMessage
 from chatledger.tools.stress import run_stress
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import serializable_postgres
 from .conftest import Database
 from .race_workers import snapshot_at
 
@@ -62,10 +61,9 @@ async def test_racing_snapshots_one_wins_and_loads_never_see_half(
     assert final.snapshot is not None and final.snapshot.version == 1
 
 
-async def test_serializable_mode_is_in_force(storage: LedgerSessionStorage, backend: str) -> None:
+@pytest.mark.requires("serializable_default")
+async def test_serializable_mode_is_in_force(storage: LedgerSessionStorage) -> None:
     """CI runs the suite a second time with the PostgreSQL database defaulting to SERIALIZABLE."""
-    if backend != "postgresql" or not serializable_postgres():
-        pytest.skip("only in the SERIALIZABLE PostgreSQL run (CHATLEDGER_TEST_PG_SERIALIZABLE=1)")
     level = await storage.ledger.write(lambda conn: conn.scalar(text("SHOW transaction_isolation")))
     assert level == "serializable"
 

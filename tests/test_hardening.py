@@ -19,11 +19,10 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 
 
+@pytest.mark.requires("lock_wait_timeout")
 async def test_mysql_lock_wait_timeout_is_retried(database: Database, session_id: str) -> None:
     """ER_LOCK_WAIT_TIMEOUT (1205) rolls back and is retried; only when the attempts run
     out does the caller see StorageUnavailable, and nothing was written."""
-    if database.backend != "mysql":
-        pytest.skip("InnoDB lock-wait timeouts are MySQL's; PostgreSQL waits, SQLite has its busy timeout")
     async with LedgerSessionStorage(database.url) as storage:
         await storage.append(session_id, "r", UserMessage(content="first"))
     holder = create_async_engine(database.url, poolclass=NullPool)

@@ -326,18 +326,13 @@ async def test_escaped_characters_count_toward_the_limit(
     assert await storage.count_messages(session_id) == 1
 
 
-def skip_unless_mysql(database: Database) -> None:
-    if database.backend != "mysql":
-        pytest.skip("max_allowed_packet is MySQL's; other backends' limit is 1 GB")
-
-
+@pytest.mark.requires("max_allowed_packet")
 async def test_mysql_max_allowed_packet_is_read_from_the_server_and_enforced(
     database: Database, storage: LedgerSessionStorage, session_id: str
 ) -> None:
     """For real, without changing the server: a message whose row just exceeds
     ``@@max_allowed_packet`` is refused before it is sent; one just within is stored
     by the server and reads back whole."""
-    skip_unless_mysql(database)
     await storage.ledger.ensure_ready()
 
     async def server_limit(conn: Any) -> int:
@@ -358,13 +353,13 @@ async def test_mysql_max_allowed_packet_is_read_from_the_server_and_enforced(
     assert record.message == message_of(fits)
 
 
+@pytest.mark.requires("max_allowed_packet")
 async def test_mysql_server_refusal_is_no_raw_driver_error(
     database: Database, storage: LedgerSessionStorage, session_id: str
 ) -> None:
     """Should the check be bypassed (the limit lowered on the server after it was read),
     the server's refusal is a chatledger error, nothing is written, and the store
     keeps working."""
-    skip_unless_mysql(database)
     await storage.ledger.ensure_ready()
     limit = storage.ledger.statement_limit
     storage.ledger.statement_limit = 2**62  # as if the check had not seen the new limit

@@ -348,9 +348,11 @@ RULES: dict[str, DialectRules] = {
         # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
         # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
         # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
-        # ... and ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR.
+        # ... and ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR
+        # ... and ER_UNKNOWN_COM_ERROR, Galera's "WSREP has not yet prepared node for
+        # application use": the node is joining or outside the primary component.
         unavailable_codes=frozenset(
-            {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031} | {1044, 1045, 1049}
+            {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031} | {1044, 1045, 1049} | {1047}
         ),
         # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
         statement_limit_query="SELECT @@max_allowed_packet",
@@ -639,3 +641,39 @@ def release_cancelled_statements(engine: AsyncEngine) -> None:
             cursor.close()
         except Exception:  # the connection is being discarded anyway
             logger.debug("could not close the cursor of a cancelled statement", exc_info=True)
+
+
+#: ``wsrep_sync_wait`` bit 1: SELECT, SHOW and BEGIN / START TRANSACTION first wait
+#: until this node has applied every write set the cluster had committed when they
+#: were issued (MariaDB Galera documentation, "wsrep_sync_wait").
+GALERA_SYNC_WAIT_READS = 1
+
+
+def configure_galera(engine: AsyncEngine) -> None:
+    """Causal reads on a MariaDB Galera cluster: on each new MySQL connection, detect
+    Galera (``@@wsrep_on``) and, when it is on, make the session's reads wait for
+    the cluster (``wsrep_sync_wait``), so that a load or list on any node sees every
+    append acknowledged before it on any node.
+
+    Galera replicates a commit to every node before acknowledging it, but applies it
+    on the other nodes afterwards: without the wait, a read right after an append on
+    another node can miss it. Writes need no wait: a write set based on stale rows
+    fails certification (error 1213) and is retried. Servers without Galera (MySQL
+    has no ``wsrep_on`` at all) are left as they are; the check costs one statement
+    per new pooled connection."""
+    if engine.dialect.name != "mysql":
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _galera_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SHOW VARIABLES LIKE 'wsrep\\_on'")
+            row = cursor.fetchone()
+            if row is not None and str(row[1]).upper() == "ON":
+                cursor.execute(
+                    f"SET SESSION wsrep_sync_wait = @@session.wsrep_sync_wait | {GALERA_SYNC_WAIT_READS}"
+                )
+        finally:
+            cursor.close()
+        dbapi_connection.rollback()

@@ -93,6 +93,7 @@ class Ledger:
             ) from error
         dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
         dialects.release_cancelled_statements(self.engine)
+        dialects.configure_galera(self.engine)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
         )

@@ -1,5 +1,5 @@
 """The benchmark's load as agents use it: the first load of a session, and its reload
-after the messages of one turn, each against the floor (see :mod:`chatledger.bench`).
+after the messages of one turn, each against the floor (see :mod:`chatledger.tools.bench`).
 
 zett-agent loads the checkpoint and tail of a session at the start of every request,
 so a storage loads the same session again and again, a few messages longer each

@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from rich.console import Console
@@ -174,6 +175,12 @@ def _configure_stress(parser: argparse.ArgumentParser) -> None:
         "--appends", type=int, default=200, help="appends per worker and session (default: 200)"
     )
     parser.add_argument("--shared-only", action="store_true", help="skip each worker's own session")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the --dsn values are the nodes of one cluster (Galera): spread the workers over them, "
+        "read each append back through another node, compare the nodes; one report",
+    )
 
 
 async def _stress(args: argparse.Namespace, console: Console) -> int:
@@ -183,15 +190,24 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
 
     if args.processes < 1 or args.appends < 1:
         raise ValueError("--processes and --appends must be at least 1")
+    if args.cluster and len(args.dsn or []) < 2:
+        raise ValueError("--cluster needs the DSN of every node: --dsn NODE1 --dsn NODE2 ...")
     table = Table(title=f"stress: {args.processes} processes x {args.appends} appends")
     for column in ("backend", "appends/s", "acknowledged", "errors", "retries", "gaps", "duplicates", "lost"):
         table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
+    cluster = Table(title="the cluster's nodes: causal reads (through the next node) and agreement")
+    for column in ("nodes", "causal reads", "causal misses", "errors per node", "disagreeing", "unreachable"):
+        cluster.add_column(column, justify="right", min_width=len(column), no_wrap=True)
     clean = True
-    for dsn in args.dsn or [None]:
-        url = resolve_dsn(dsn)
-        _say(console, f"stressing {display(url)} ...")
+    targets: list[Any] = [args.dsn] if args.cluster else (args.dsn or [None])
+    for dsn in targets:
+        nodes = [resolve_dsn(node) for node in dsn] if args.cluster else [resolve_dsn(dsn)]
+        _say(console, f"stressing {', '.join(display(url) for url in nodes)} ...")
         report = await run_stress(
-            url, processes=args.processes, appends=args.appends, own_sessions=not args.shared_only
+            nodes if args.cluster else nodes[0],
+            processes=args.processes,
+            appends=args.appends,
+            own_sessions=not args.shared_only,
         )
         clean = clean and report.clean
         counts = (
@@ -203,9 +219,21 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
             report.lost,
         )
         table.add_row(report.backend, f"{report.appends_per_second:.0f}", *(str(count) for count in counts))
+        cluster.add_row(
+            str(report.nodes),
+            str(report.causal_reads),
+            str(report.causal_misses),
+            "/".join(str(count) for count in report.node_errors),
+            str(report.disagreeing_nodes),
+            str(report.unreachable_nodes),
+        )
         for sample in report.error_samples:
-            _say(console, f"error: {_mask_password(sample, dsn)}")
+            for node in dsn if args.cluster else [dsn]:
+                sample = _mask_password(sample, node)
+            _say(console, f"error: {sample}")
     console.print(table)
+    if args.cluster:
+        console.print(cluster)
     return 0 if clean else 1
 
 

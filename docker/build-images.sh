@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds the test-server image from Debian's packages, with no container registry:
+# debootstrap a Debian trixie root file system with PostgreSQL 17 and MariaDB 11.8,
+# prepare one data directory for each, and `docker import` it.
+#
+#   docker/build-images.sh            # build unless the image exists
+#   CHATLEDGER_REBUILD=1 docker/build-images.sh   # rebuild the image (reuses the root fs)
+#
+# The debootstrap output is cached outside the repository (CHATLEDGER_IMAGE_CACHE,
+# default /var/cache/chatledger) and reused; the image is skipped when it exists.
+# Bump RECIPE when anything below changes: it names both the cache and the tag.
+# The image's servers are started by tests/containers.py with an explicit command
+# (no entrypoint conventions): see SERVER_COMMANDS there.
+set -euo pipefail
+
+RECIPE=1
+IMAGE="${CHATLEDGER_SERVER_IMAGE:-chatledger-servers:trixie-r$RECIPE}"
+CACHE="${CHATLEDGER_IMAGE_CACHE:-/var/cache/chatledger}"
+MIRROR="${CHATLEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+ROOTFS="$CACHE/rootfs-trixie-r$RECIPE"
+
+if [ -z "${CHATLEDGER_REBUILD:-}" ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
+  echo "image $IMAGE exists; not rebuilt"
+  exit 0
+fi
+
+command -v debootstrap >/dev/null || {
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+
+if [ ! -e "$ROOTFS/.chatledger-complete" ]; then
+  echo "debootstrap trixie into $ROOTFS (several minutes) ..."
+  rm -rf "$ROOTFS.partial"
+  mkdir -p "$CACHE"
+  debootstrap --variant=minbase --include=postgresql-17,mariadb-server,galera-4 \
+    trixie "$ROOTFS.partial" "$MIRROR" >"$CACHE/debootstrap-r$RECIPE.log" 2>&1 || {
+    tail -n 30 "$CACHE/debootstrap-r$RECIPE.log" >&2
+    exit 1
+  }
+  in_root() { chroot "$ROOTFS.partial" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+  # The package's own cluster (pg_createcluster may have given it port 5433) is not
+  # used: the image gets one data directory per server, each started on the port
+  # the test chooses.
+  in_root pg_dropcluster --stop 17 main || true
+  mkdir -p "$ROOTFS.partial/var/lib/chatledger/postgresql"
+  in_root chown postgres:postgres /var/lib/chatledger/postgresql
+  in_root su postgres -s /bin/sh -c \
+    "/usr/lib/postgresql/17/bin/initdb --no-sync --auth=trust --username=postgres --encoding=UTF8 \
+     --locale=C -D /var/lib/chatledger/postgresql" >/dev/null
+  # Test only: any client address may connect without a password.
+  echo "host all all 0.0.0.0/0 trust" >>"$ROOTFS.partial/var/lib/chatledger/postgresql/pg_hba.conf"
+  in_root mariadb-install-db --no-defaults --user=mysql --datadir=/var/lib/chatledger/mariadb \
+    --auth-root-authentication-method=normal --skip-test-db >/dev/null
+  rm -rf "$ROOTFS.partial"/var/cache/apt/archives/*.deb "$ROOTFS.partial"/var/lib/apt/lists/*
+  touch "$ROOTFS.partial/.chatledger-complete"
+  mv "$ROOTFS.partial" "$ROOTFS"
+fi
+
+echo "docker import $ROOTFS as $IMAGE ..."
+tar --numeric-owner -C "$ROOTFS" -c . | docker import \
+  -c 'ENV PATH=/usr/lib/postgresql/17/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  -c 'ENV LANG=C.UTF-8' \
+  - "$IMAGE" >/dev/null
+docker run --rm --network=none "$IMAGE" sh -c 'postgres --version && mariadbd --version'

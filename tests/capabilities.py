@@ -1,0 +1,75 @@
+"""What the test targets differ in, declared once (as SQLAlchemy's ``requirements.py``
+does for its dialects).
+
+A test that needs a feature some backend lacks says so with a marker,
+``@pytest.mark.requires("lock_wait_timeout")``, instead of a skip in its body; the
+conftest skips it on the targets without the capability, naming the target and the
+reason, and counts the skips per target in the run's summary. A capability is a
+predicate over the target and its server's version string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .backends import Target, serializable_postgres
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A feature a target has when ``applies(target, server_version)``; ``lacking`` says
+    why a target without it cannot run the test."""
+
+    applies: Callable[[Target, str], bool]
+    lacking: str
+
+
+def only_on(*dialects: str, lacking: str) -> Capability:
+    return Capability(lambda target, _version: target.dialect in dialects, lacking)
+
+
+def _mariadb_at_least(major: int, minor: int) -> Callable[[Target, str], bool]:
+    def applies(target: Target, version: str) -> bool:
+        if target.dialect != "mysql" or "mariadb" not in version.lower():
+            return False
+        found = tuple(int(part) for part in version.split("-")[0].split(".")[:2])
+        return found >= (major, minor)
+
+    return applies
+
+
+CAPABILITIES: dict[str, Capability] = {
+    "lock_wait_timeout": only_on(
+        "mysql",
+        lacking="InnoDB lock-wait timeouts (error 1205) are MySQL's; PostgreSQL waits, "
+        "SQLite has its busy timeout",
+    ),
+    "max_allowed_packet": only_on(
+        "mysql", lacking="max_allowed_packet is MySQL's; the other backends' limit is 1 GB"
+    ),
+    "serializable_default": Capability(
+        lambda target, _version: target.dialect == "postgresql" and serializable_postgres(),
+        lacking="runs in the SERIALIZABLE PostgreSQL pass only (CHATLEDGER_TEST_PG_SERIALIZABLE=1)",
+    ),
+    # MariaDB 11.8 turns innodb_snapshot_isolation on by default: a locking read of a
+    # row changed after the transaction's snapshot fails with error 1020.
+    "snapshot_isolation_default": Capability(
+        _mariadb_at_least(11, 8), lacking="innodb_snapshot_isolation is on by default from MariaDB 11.8"
+    ),
+}
+
+
+def missing(names: list[str], target: Target, version: str) -> str | None:
+    """Why ``target`` lacks one of the capabilities ``names``, or ``None``.
+
+    Raises:
+        KeyError: a name no capability has (a typo in a marker).
+    """
+    for name in names:
+        if name not in CAPABILITIES:
+            raise KeyError(f"unknown capability {name!r}; declared: {sorted(CAPABILITIES)}")
+        capability = CAPABILITIES[name]
+        if not capability.applies(target, version):
+            return capability.lacking
+    return None
