@@ -21,6 +21,7 @@ import queue
 import re
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -38,7 +39,14 @@ class Store(Protocol):
     async def append(self, session_id: str, request_id: str, message: Any) -> int: ...
     async def load(self, session_id: str) -> Any: ...
     async def list_sessions(self, *, limit: int = 100) -> list[Any]: ...
-    async def list_raw_messages(self, session_id: str, *, limit: int = 10_000) -> list[Any]: ...
+    async def list_raw_messages(
+        self,
+        session_id: str,
+        *,
+        after_sequence: int = 0,
+        through_sequence: int | None = None,
+        limit: int = 10_000,
+    ) -> list[Any]: ...
     async def count_messages(self, session_id: str) -> int: ...
     async def close(self) -> None: ...
 
@@ -68,7 +76,9 @@ def user_message(content: str) -> Any:
 class AppendJob:
     """One worker process's orders (pickled into it): ``appends`` rounds, each appending
     one message to every session of ``sessions`` in turn, through store ``store`` on
-    ``url`` (workers may be given different URLs, e.g. the nodes of a cluster)."""
+    ``url`` (workers may be given different URLs, e.g. the nodes of a cluster). With
+    ``read_url``, each acknowledged append is read back at once through a store on
+    that URL (another node: a causal read)."""
 
     store: str
     url: str
@@ -76,6 +86,7 @@ class AppendJob:
     sessions: tuple[str, ...]
     appends: int
     options: dict[str, Any] = field(default_factory=dict)
+    read_url: str | None = None
 
 
 @dataclass
@@ -89,12 +100,20 @@ class WorkerOutcome:
     started: float = 0.0
     finished: float = 0.0
     fatal: str | None = None
+    #: Causal reads made through ``read_url``, and how many missed their append.
+    causal_reads: int = 0
+    causal_misses: int = 0
 
 
 async def _work(job: AppendJob, barrier: Any) -> WorkerOutcome:
     outcome = WorkerOutcome()
-    store = open_store(job.store, job.url, job.options)
-    try:
+    async with AsyncExitStack() as stack:
+        store = open_store(job.store, job.url, job.options)
+        stack.push_async_callback(store.close)
+        reader = None
+        if job.read_url is not None:
+            reader = open_store(job.store, job.read_url, job.options)
+            stack.push_async_callback(reader.close)
         await store.count_messages(job.sessions[0])  # connects; zett creates or checks its tables
         await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
         outcome.started = time.time()
@@ -106,11 +125,23 @@ async def _work(job: AppendJob, barrier: Any) -> WorkerOutcome:
                     outcome.acked.append((session, sequence, text))
                 except Exception as error:  # counted and reported, never hidden
                     outcome.errors.append(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
+                    continue
+                if reader is not None:
+                    await _read_back(reader, session, sequence, text, outcome)
         outcome.finished = time.time()
         outcome.retries = getattr(getattr(store, "ledger", None), "retries", None)
-    finally:
-        await store.close()
     return outcome
+
+
+async def _read_back(reader: Store, session: str, sequence: int, text: str, outcome: WorkerOutcome) -> None:
+    """Read one acknowledged append back through another node, counting a miss."""
+    try:
+        seen = await reader.list_raw_messages(session, after_sequence=sequence - 1, through_sequence=sequence)
+    except Exception:  # the reading node is down: no causal read was made
+        return
+    outcome.causal_reads += 1
+    if [getattr(record.message, "content", None) for record in seen] != [text]:
+        outcome.causal_misses += 1
 
 
 def _worker(job: AppendJob, barrier: Any, results: Any) -> None:
@@ -180,30 +211,53 @@ class Tally:
         return not (self.gaps or self.duplicates or self.lost)
 
 
-async def verify(store: Store, outcomes: Sequence[WorkerOutcome], sessions: Sequence[str]) -> Tally:
-    """Read ``sessions`` back through ``store`` and tally gaps, duplicates and lost
-    acknowledgements against the workers' ``outcomes``."""
+@dataclass(frozen=True)
+class Copy:
+    """Sessions as one database (or one node of a cluster) holds them: per session, its
+    message count, the texts by sequence, and how many rows it holds in all."""
+
+    sessions: dict[str, tuple[int, dict[int, Any], int]]
+
+    def texts(self) -> dict[str, tuple[int, dict[int, Any]]]:
+        """What must be equal on every node of a cluster."""
+        return {session: (count, texts) for session, (count, texts, _) in self.sessions.items()}
+
+
+async def read_back(store: Store, sessions: Sequence[str]) -> Copy:
+    """Read ``sessions`` back through ``store``."""
+    found: dict[str, tuple[int, dict[int, Any], int]] = {}
+    for session in sessions:
+        records = await store.list_raw_messages(session, limit=10**9)
+        texts = {record.sequence: getattr(record.message, "content", None) for record in records}
+        found[session] = (await store.count_messages(session), texts, len(records))
+    return Copy(found)
+
+
+def tally(copy: Copy, outcomes: Sequence[WorkerOutcome]) -> Tally:
+    """Gaps, duplicates and lost acknowledgements of ``copy`` against the workers' ``outcomes``."""
     acked: dict[tuple[str, int], str] = {}
     duplicates = 0
     for outcome in outcomes:
         for session, sequence, content in outcome.acked:
             duplicates += (session, sequence) in acked
             acked[(session, sequence)] = content
-    gaps = lost = 0
-    for session in sessions:
-        records = await store.list_raw_messages(session, limit=10**9)
-        stored = {record.sequence: getattr(record.message, "content", None) for record in records}
-        duplicates += len(records) - len(stored)
-        count = await store.count_messages(session)
+    gaps = 0
+    for count, texts, rows in copy.sessions.values():
+        duplicates += rows - len(texts)
         # This generation's sequences run from just after the previous generations' last.
-        first = min(stored, default=1)
-        gaps += len(set(range(first, first + count)) - stored.keys()) + abs(count - len(stored))
-        lost += sum(
-            1
-            for (where, sequence), content in acked.items()
-            if where == session and stored.get(sequence) != content
-        )
+        first = min(texts, default=1)
+        gaps += len(set(range(first, first + count)) - texts.keys()) + abs(count - len(texts))
+    lost = sum(
+        1
+        for (session, sequence), content in acked.items()
+        if copy.sessions.get(session, (0, {}, 0))[1].get(sequence) != content
+    )
     return Tally(gaps, duplicates, lost)
+
+
+async def verify(store: Store, outcomes: Sequence[WorkerOutcome], sessions: Sequence[str]) -> Tally:
+    """Read ``sessions`` back through ``store`` and tally them against ``outcomes``."""
+    return tally(await read_back(store, sessions), outcomes)
 
 
 def error_kinds(errors: Iterable[str], most: int = 5) -> dict[str, int]:
