@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
@@ -15,10 +14,17 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_random_exponential,
+)
 
 from . import dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
-from .errors import SchemaNotReady, StorageUnavailable
+from .errors import ConfigurationError, OutcomeUnknown, SchemaNotReady, StorageUnavailable
 from .options import LedgerOptions
 
 logger = logging.getLogger("chatledger")
@@ -48,10 +54,17 @@ class Ledger:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.dialect = self.url.get_backend_name()
         self.rules = dialects.rules(self.dialect)
+        connect_args = self.rules.connect_args(self.options)
+        for name, value in self.options.connect_args.items():
+            # The caller's own server settings win over ours, one by one.
+            connect_args[name] = (
+                {**connect_args.get(name, {}), **value} if name == "server_settings" else value
+            )
         engine_options: dict[str, Any] = {
+            **self.rules.engine_options,
             "echo": self.options.echo,
-            "connect_args": dict(self.options.connect_args),
-            "pool_pre_ping": self.rules.server,
+            "connect_args": connect_args,
+            "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
         }
         if self.options.pgbouncer:
             if self.dialect != "postgresql":
@@ -71,7 +84,7 @@ class Ledger:
             raise ImportError(
                 f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
             ) from error
-        dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
+        dialects.configure_engine(self.engine, self.options)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
         )
@@ -132,81 +145,198 @@ class Ledger:
         await self.ensure_ready()
         validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
 
-    async def write(self, work: Work[T], *, settle: Settle[T] | None = None) -> T:
+    async def write(
+        self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
+    ) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
+
+        Retried (within ``retry_timeout`` seconds, see
+        :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
+        lock waits past ``lock_timeout``, busy SQLite files, and connections lost or
+        refused before the COMMIT was sent -- all of which left nothing committed.
 
         ``settle`` makes the write exactly-once across an ambiguous failure (the
         connection lost while the COMMIT was under way): it looks the write up by the
-        id it carries, fixed before the first attempt, in its own read transaction,
-        and returns the write's result when it was committed, ``None`` when not.
-        After an ambiguous failure every later attempt settles first, and a failure
-        of ``work`` (a duplicate key, a version conflict) settles again before it is
-        raised. Without ``settle`` an ambiguous failure raises ``OutcomeUnknown``.
+        id it carries (``write_id``), fixed before the first attempt, in its own read
+        transaction, and returns the write's result when it was committed, ``None``
+        when not. After an ambiguous failure every later attempt settles first, and a
+        failure of ``work`` (a duplicate key, a version conflict) settles again before
+        it is raised: the server may still have been finishing the first COMMIT while
+        the first settle read, and the write's primary key decides that race.
 
-        On SQLite the write lock is taken by ``work``'s first INSERT, UPDATE or DELETE
-        (see :func:`chatledger.dialects.configure_engine`): reads before it see the
-        database as it was, so a write that depends on them must not read first.
+        Raises:
+            OutcomeUnknown: the COMMIT was ambiguous and either no ``settle`` was
+                given, or the database stayed unreachable for the rest of the budget;
+                carries ``write_id``.
+            StorageUnavailable: the budget ran out on transient failures or an
+                unreachable database; nothing from this call was committed.
+            ConfigurationError: the server refused the configuration (database, login,
+                privilege); never retried.
+            ValueError: the server refused a statement as too large; nothing written.
         """
-        return await self._run(work, write=True)
+        return await self._run(work, write=True, settle=settle, write_id=write_id)
 
     async def read(self, work: Work[T]) -> T:
-        """Run ``work`` in one snapshot-consistent read transaction."""
+        """Run ``work`` in one snapshot-consistent read transaction (its isolation
+        stated per backend in :data:`chatledger.dialects.RULES`), retried whole like a
+        write; a read has no ambiguous outcome."""
         return await self._run(work, write=False)
 
     async def _run(
-        self, work: Work[T], *, write: bool = False, options: dict[str, Any] | None = None, ready: bool = True
+        self,
+        work: Work[T],
+        *,
+        write: bool = False,
+        options: dict[str, Any] | None = None,
+        ready: bool = True,
+        settle: Settle[T] | None = None,
+        write_id: str | None = None,
     ) -> T:
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
         if ready and not self._ready:
             await self.ensure_ready()
         if options is None:
-            options = {} if write else self.rules.snapshot_read
-        attempts = self.options.retry_attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                async with self.engine.connect() as conn:
-                    if options:
-                        conn = await conn.execution_options(**options)
-                    async with conn.begin():
-                        return await work(conn)
-            except DBAPIError as error:
-                if dialects.is_too_large(self.dialect, error):
-                    raise ValueError(
-                        f"the database refused the statement as too large (statement_limit "
-                        f"{self.statement_limit} bytes); nothing was written: {error.orig}"
-                    ) from error
-                if not dialects.is_transient(self.dialect, error):
-                    if _is_disconnect(error) or dialects.is_unavailable(self.dialect, error):
-                        raise StorageUnavailable(
-                            f"lost or could not open the connection to {display(self.url)}; nothing "
-                            "from this call was committed unless the server had already acknowledged "
-                            f"it: {error.orig}"
-                        ) from error
-                    raise
-                if attempt == attempts:
-                    raise StorageUnavailable(
-                        f"transaction on {display(self.url)} still failed after {attempts} attempts "
-                        f"(code {dialects.error_code(error)}): {error.orig}"
-                    ) from error
-                self.retries += 1
-                delay = min(self.options.retry_backoff_max, self.options.retry_backoff * 2 ** (attempt - 1))
-                logger.debug(
-                    "retrying transient failure %s (attempt %d)", dialects.error_code(error), attempt
-                )
-                await asyncio.sleep(random.uniform(0, delay))
-            except PoolTimeout as error:
-                raise StorageUnavailable(
-                    f"no connection to {display(self.url)} became free within "
-                    f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
-                    f"max_overflow={self.options.max_overflow})"
-                ) from error
-            except OSError as error:
-                raise StorageUnavailable(f"cannot reach {display(self.url)}: {error}") from error
+            options = self.rules.write if write else self.rules.snapshot_read
+        #: The error of a COMMIT whose outcome is unknown, once one happened.
+        ambiguous: BaseException | None = None
+        retrying = AsyncRetrying(
+            stop=stop_before_delay(self.options.retry_timeout),
+            wait=wait_random_exponential(
+                multiplier=self.options.retry_backoff, max=self.options.retry_backoff_max
+            ),
+            retry=retry_if_exception_type(_Retry),
+            before_sleep=self._count_retry,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if ambiguous is not None and settle is not None:
+                        found = await self._settle(settle)
+                        if found is not None:
+                            return found
+                    try:
+                        return await self._attempt(work, options, write=write)
+                    except _Retry as retry:
+                        if retry.ambiguous:
+                            ambiguous = retry.cause
+                            if settle is None:
+                                raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
+                        raise
+                    except (StorageUnavailable, ConfigurationError):
+                        raise
+                    except Exception:
+                        # The work failed: a repeat of a write that was committed (by an
+                        # earlier call, or by this one's ambiguous COMMIT that the server
+                        # finished late) fails on the write's own key. Settle decides.
+                        if settle is not None:
+                            found = await self._settle(settle)
+                            if found is not None:
+                                return found
+                        raise
+        except _Retry as retry:
+            if ambiguous is not None:
+                raise self._unknown(retry.cause, write_id, settled=True) from retry.cause
+            attempts = retrying.statistics.get("attempt_number", 1)
+            raise StorageUnavailable(
+                f"{display(self.url)} could not complete the call within the retry budget "
+                f"(retry_timeout={self.options.retry_timeout:g} s, {attempts} attempts); nothing "
+                f"from this call was committed. Last failure ({retry.describe()}): {retry.detail}"
+            ) from retry.cause
         raise AssertionError("unreachable")
 
+    async def _settle(self, settle: Settle[T]) -> T | None:
+        return await self._attempt(settle, self.rules.snapshot_read, write=False)
 
-def _is_disconnect(error: DBAPIError) -> bool:
-    """Whether the connection itself failed (SQLAlchemy's dialect-specific check, or a
-    socket error underneath), as opposed to the statement."""
-    return bool(error.connection_invalidated) or isinstance(error.orig, OSError)
+    def _unknown(self, cause: BaseException, write_id: str | None, *, settled: bool) -> OutcomeUnknown:
+        if settled:
+            how = (
+                f"and {display(self.url)} stayed unreachable for the rest of the retry budget "
+                f"(retry_timeout={self.options.retry_timeout:g} s), so it could not be looked up. "
+                "Repeat the identical call once the database answers: the write carries the id "
+                f"{write_id!r}, so a repeat of one that was committed returns its result and "
+                "writes nothing"
+            )
+        else:
+            how = (
+                "and this write cannot be looked up by an id. Read the data back once the "
+                "database answers to see whether it was applied before repeating it"
+            )
+        return OutcomeUnknown(
+            f"the connection to {display(self.url)} was lost while the database committed this "
+            f"write, so whether it was applied is unknown, {how}. Lost with: {_detail(cause)}",
+            write_id=write_id,
+        )
+
+    async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
+        """One transaction. A failure a retry can cure raises :class:`_Retry`; a
+        configuration or size failure its own error; anything else is ``work``'s own."""
+        committing = False
+        try:
+            async with self.engine.connect() as conn:
+                if options:
+                    conn = await conn.execution_options(**options)
+                async with conn.begin():
+                    result = await work(conn)
+                    committing = True  # leaving this block sends the COMMIT
+                return result
+        except DBAPIError as error:
+            failure = dialects.classify(self.dialect, error)
+            if failure is dialects.Failure.TOO_LARGE:
+                raise ValueError(
+                    f"the database refused the statement as too large (statement_limit "
+                    f"{self.statement_limit} bytes); nothing was written: {error.orig}"
+                ) from error
+            if failure is dialects.Failure.CONFIGURATION:
+                raise ConfigurationError(
+                    f"{display(self.url)}: {dialects.configuration_hint(self.dialect, error, self.url)}. "
+                    f"The server said: {error.orig}"
+                ) from None
+            if failure is dialects.Failure.TRANSIENT:
+                # Even out of the COMMIT: the server rolled the transaction back.
+                raise _Retry(error, dialects.error_code(error)) from error
+            if failure is dialects.Failure.CONNECTION:
+                raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
+            raise
+        except PoolTimeout as error:
+            raise StorageUnavailable(
+                f"no connection to {display(self.url)} became free within "
+                f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
+                f"max_overflow={self.options.max_overflow})"
+            ) from error
+        except OSError as error:  # the socket under the driver: refused, reset, timed out
+            raise _Retry(error, None, ambiguous=write and committing) from error
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.retries += 1
+        failure = state.outcome.exception() if state.outcome is not None else None
+        logger.debug(
+            "retrying after %s (attempt %d)",
+            failure.describe() if isinstance(failure, _Retry) else failure,
+            state.attempt_number,
+        )
+
+
+class _Retry(Exception):
+    """An attempt failed in a way that left nothing committed (``ambiguous``: unless the
+    failure came out of the COMMIT), so the call may run again."""
+
+    def __init__(self, cause: BaseException, code: str | int | None, *, ambiguous: bool = False) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.code = code
+        self.ambiguous = ambiguous
+
+    @property
+    def detail(self) -> str:
+        return _detail(self.cause)
+
+    def describe(self) -> str:
+        return f"code {self.code}" if self.code is not None else type(self.cause).__name__
+
+
+def _detail(error: BaseException) -> str:
+    """The driver's message of a wrapped DBAPI error, else the error itself."""
+    orig = getattr(error, "orig", None)
+    return str(orig if orig is not None else error) or type(error).__name__
