@@ -198,7 +198,7 @@ class Ledger:
             await self.ensure_ready()
         if options is None:
             options = self.rules.write if write else self.rules.snapshot_read
-        #: The error of a COMMIT whose outcome is unknown, once one happened.
+        # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
         retrying = AsyncRetrying(
             stop=stop_before_delay(self.options.retry_timeout),
@@ -272,7 +272,7 @@ class Ledger:
     async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
         """One transaction. A failure a retry can cure raises :class:`_Retry`; a
         configuration or size failure its own error; anything else is ``work``'s own."""
-        committing = False
+        committing = committed = False
         try:
             async with self.engine.connect() as conn:
                 if options:
@@ -280,8 +280,10 @@ class Ledger:
                 async with conn.begin():
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
-                return result
+                committed = True
         except DBAPIError as error:
+            if committed:  # only returning the connection to the pool failed
+                return result
             failure = dialects.classify(self.dialect, error)
             if failure is dialects.Failure.TOO_LARGE:
                 raise ValueError(
@@ -292,7 +294,7 @@ class Ledger:
                 raise ConfigurationError(
                     f"{display(self.url)}: {dialects.configuration_hint(self.dialect, error, self.url)}. "
                     f"The server said: {error.orig}"
-                ) from None
+                ) from error
             if failure is dialects.Failure.TRANSIENT:
                 # Even out of the COMMIT: the server rolled the transaction back.
                 raise _Retry(error, dialects.error_code(error)) from error
@@ -306,7 +308,10 @@ class Ledger:
                 f"max_overflow={self.options.max_overflow})"
             ) from error
         except OSError as error:  # the socket under the driver: refused, reset, timed out
+            if committed:
+                return result
             raise _Retry(error, None, ambiguous=write and committing) from error
+        return result
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.retries += 1
