@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
@@ -93,6 +94,15 @@ class Ledger:
         self._ready_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
+        #: When a failed attempt is tried again: a random exponential backoff, and no
+        #: attempt after ``retry_timeout`` seconds from the start of the call.
+        self._retry_policy = AsyncRetrying(
+            stop=stop_before_delay(self.options.retry_timeout),
+            wait=wait_random_exponential(
+                multiplier=self.options.retry_backoff, max=self.options.retry_backoff_max
+            ),
+            retry=retry_if_exception_type(_Retry),
+        )
         #: Largest statement the server accepts, in bytes; read from the server (MySQL's
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.rules.statement_limit
@@ -200,51 +210,53 @@ class Ledger:
             options = self.rules.write if write else self.rules.snapshot_read
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
-        retrying = AsyncRetrying(
-            stop=stop_before_delay(self.options.retry_timeout),
-            wait=wait_random_exponential(
-                multiplier=self.options.retry_backoff, max=self.options.retry_backoff_max
-            ),
-            retry=retry_if_exception_type(_Retry),
-            before_sleep=self._count_retry,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    if ambiguous is not None and settle is not None:
+        # tenacity's state of this call, made on its first failure: a call that succeeds
+        # at once pays nothing for the retry machinery.
+        state: RetryCallState | None = None
+        started = time.monotonic()
+        while True:
+            try:
+                if ambiguous is not None and settle is not None:
+                    found = await self._settle(settle)
+                    if found is not None:
+                        return found
+                try:
+                    return await self._attempt(work, options, write=write)
+                except _Retry as retry:
+                    if retry.ambiguous:
+                        ambiguous = retry.cause
+                        if settle is None:
+                            raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
+                    raise
+                except (StorageUnavailable, ConfigurationError):
+                    raise
+                except Exception:
+                    # The work failed: a repeat of a write that was committed (by an
+                    # earlier call, or by this one's ambiguous COMMIT that the server
+                    # finished late) fails on the write's own key. Settle decides.
+                    if settle is not None:
                         found = await self._settle(settle)
                         if found is not None:
                             return found
-                    try:
-                        return await self._attempt(work, options, write=write)
-                    except _Retry as retry:
-                        if retry.ambiguous:
-                            ambiguous = retry.cause
-                            if settle is None:
-                                raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
-                        raise
-                    except (StorageUnavailable, ConfigurationError):
-                        raise
-                    except Exception:
-                        # The work failed: a repeat of a write that was committed (by an
-                        # earlier call, or by this one's ambiguous COMMIT that the server
-                        # finished late) fails on the write's own key. Settle decides.
-                        if settle is not None:
-                            found = await self._settle(settle)
-                            if found is not None:
-                                return found
-                        raise
-        except _Retry as retry:
-            if ambiguous is not None:
-                raise self._unknown(retry.cause, write_id, settled=True) from retry.cause
-            attempts = retrying.statistics.get("attempt_number", 1)
-            raise StorageUnavailable(
-                f"{display(self.url)} could not complete the call within the retry budget "
-                f"(retry_timeout={self.options.retry_timeout:g} s, {attempts} attempts); nothing "
-                f"from this call was committed. Last failure ({retry.describe()}): {retry.detail}"
-            ) from retry.cause
-        raise AssertionError("unreachable")
+                    raise
+            except _Retry as retry:
+                if state is None:
+                    state = RetryCallState(self._retry_policy, None, (), {})
+                    state.start_time = started
+                state.set_exception((type(retry), retry, retry.__traceback__))
+                state.upcoming_sleep = self._retry_policy.wait(state)
+                if self._retry_policy.stop(state):
+                    if ambiguous is not None:
+                        raise self._unknown(retry.cause, write_id, settled=True) from retry.cause
+                    raise StorageUnavailable(
+                        f"{display(self.url)} could not complete the call within the retry budget "
+                        f"(retry_timeout={self.options.retry_timeout:g} s, {state.attempt_number} "
+                        "attempts); nothing from this call was committed. Last failure "
+                        f"({retry.describe()}): {retry.detail}"
+                    ) from retry.cause
+                self._count_retry(state)
+                await asyncio.sleep(state.upcoming_sleep)
+                state.prepare_for_next_attempt()
 
     async def _settle(self, settle: Settle[T]) -> T | None:
         return await self._attempt(settle, self.rules.snapshot_read, write=False)
@@ -317,9 +329,10 @@ class Ledger:
         self.retries += 1
         failure = state.outcome.exception() if state.outcome is not None else None
         logger.debug(
-            "retrying after %s (attempt %d)",
+            "retrying after %s (attempt %d, next in %.3f s)",
             failure.describe() if isinstance(failure, _Retry) else failure,
             state.attempt_number,
+            state.upcoming_sleep,
         )
 
 
