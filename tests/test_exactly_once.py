@@ -233,14 +233,21 @@ async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
             caught.value
         )
 
-        # Back within the budget: the call recovers instead of failing.
-        load = asyncio.create_task(storage.load(session_id))
+    finally:
+        await storage.close()
+
+    # Back within the budget: the call recovers instead of failing.
+    patient = LedgerSessionStorage(proxy.url(server_url), retry_timeout=TIMEOUT)
+    try:
+        load = asyncio.create_task(patient.load(session_id))
         await asyncio.sleep(0.5)
+        assert not load.done()
         await proxy.accept()
         view = await asyncio.wait_for(load, TIMEOUT)
         assert [record.sequence for record in view.raw_tail] == [1]
+        assert patient.ledger.retries >= 1
     finally:
-        await storage.close()
+        await patient.close()
 
 
 async def test_write_without_lookup_lost_in_its_commit_raises_outcome_unknown(

@@ -509,22 +509,6 @@ def classify(dialect_name: str, error: DBAPIError) -> Failure:
     return Failure.OTHER
 
 
-def is_transient(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the error rolled the transaction back for a reason a retry can cure."""
-    return classify(dialect_name, error) is Failure.TRANSIENT
-
-
-def is_unavailable(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the connection failed or the server cannot serve now (down, restarting,
-    out of connection slots), as opposed to the statement failing."""
-    return classify(dialect_name, error) is Failure.CONNECTION
-
-
-def is_too_large(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the server refused a statement or value for its size."""
-    return classify(dialect_name, error) is Failure.TOO_LARGE
-
-
 def configuration_hint(dialect_name: str, error: DBAPIError, url: URL) -> str:
     """What to fix for a :attr:`Failure.CONFIGURATION` error, naming the DSN's database
     and user."""
