@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.engine import URL
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
@@ -30,6 +32,7 @@ from chatledger import OutcomeUnknown, StorageUnavailable
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import Servers, serializable_postgres
+from .conftest import Database
 from .proxy import Proxy, running_proxy
 from .throwaway import LedgerState, ledger_state, migrated_database, shared_server
 
@@ -265,3 +268,28 @@ async def test_write_without_lookup_lost_in_its_commit_raises_outcome_unknown(
         assert summary is not None and summary.title == "after"  # it was applied
     finally:
         await storage.close()
+
+
+#: The statements of one append, per backend: exactly-once adds none.
+APPEND_STATEMENTS = {
+    "postgresql": ["WITH"],  # one statement: the counter upsert feeding the insert
+    "mysql": ["INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
+    "sqlite": ["BEGIN IMMEDIATE", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
+}
+
+
+async def test_exactly_once_costs_the_append_no_statement(database: Database, session_id: str) -> None:
+    async with LedgerSessionStorage(database.url) as storage:
+        await storage.append(session_id, "r", UserMessage(content="warm"))
+        sent: list[str] = []
+
+        @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
+        def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            sent.append(statement)
+
+        assert await storage.append(session_id, "r", UserMessage(content="counted")) == 2
+        expected = APPEND_STATEMENTS[database.backend]
+        assert len(sent) == len(expected), sent
+        assert all(
+            statement.lstrip().startswith(start) for statement, start in zip(sent, expected, strict=True)
+        )
