@@ -42,7 +42,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
 
     (backend,) = report.backends
     assert backend.backend == "sqlite" and backend.server_version.startswith("SQLite")
-    assert set(backend.append) == set(CONTENDERS)
+    assert set(backend.append) == {*CONTENDERS, "chatledger, synchronous=NORMAL"}
     assert all(len(stats.round_per_second) == TINY.append_rounds for stats in backend.append.values())
     for store in STORES:
         assert set(backend.load[store]) == {"5", "50", "200"}
@@ -69,6 +69,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     printed = output.getvalue()
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
     assert "load warm 20+2, p50 / p95 ms" in printed
+    assert "default/synchronous=NORMAL" in printed
     assert "PASS" in printed or "MISS" in printed
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]

@@ -151,7 +151,7 @@ async def test_killed_node_clients_fail_others_go_on_nothing_lost_node_rejoins(
 
     async with contextlib.AsyncExitStack() as stack:
         storages = [
-            await stack.enter_async_context(LedgerSessionStorage(url, pool_timeout=5, retry_attempts=10))
+            await stack.enter_async_context(LedgerSessionStorage(url, pool_timeout=5, retry_timeout=5))
             for url in nodes
         ]
         for storage in storages:

@@ -21,20 +21,20 @@ from .conftest import Database
 
 @pytest.mark.requires("lock_wait_timeout")
 async def test_mysql_lock_wait_timeout_is_retried(database: Database, session_id: str) -> None:
-    """ER_LOCK_WAIT_TIMEOUT (1205) rolls back and is retried; only when the attempts run
-    out does the caller see StorageUnavailable, and nothing was written."""
+    """ER_LOCK_WAIT_TIMEOUT (1205) rolls back and is retried; only when the retry budget
+    runs out does the caller see StorageUnavailable, and nothing was written."""
     async with LedgerSessionStorage(database.url) as storage:
         await storage.append(session_id, "r", UserMessage(content="first"))
     holder = create_async_engine(database.url, poolclass=NullPool)
-    options = {"connect_args": {"init_command": "SET innodb_lock_wait_timeout = 1"}, "retry_attempts": 2}
+    options = {"lock_timeout": 1, "retry_timeout": 1.5}
     try:
         async with holder.connect() as lock, LedgerSessionStorage(database.url, **options) as storage:
             await lock.execute(
                 text("SELECT id FROM agent_sessions WHERE id = :id FOR UPDATE"), {"id": session_id}
             )
-            with pytest.raises(StorageUnavailable, match="after 2 attempts"):
+            with pytest.raises(StorageUnavailable, match=r"retry budget \(retry_timeout=1.5 s"):
                 await storage.append(session_id, "r", UserMessage(content="blocked"))
-            assert storage.ledger.retries == 1
+            assert storage.ledger.retries >= 1
             await lock.rollback()
             assert await storage.append(session_id, "r", UserMessage(content="after")) == 2
     finally:

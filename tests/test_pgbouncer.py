@@ -19,11 +19,14 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
+from chatledger import ConfigurationError
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import Servers
@@ -114,10 +117,26 @@ async def test_without_the_option_prepared_statements_break(pooled_url: URL) -> 
     default statement cache does not survive it (``DISCARD ALL`` after every
     transaction drops the prepared statements the cache still names)."""
     session = f"pgb-{uuid.uuid4().hex[:8]}"
-    async with LedgerSessionStorage(pooled_url) as storage:
+    engine = create_async_engine(pooled_url)  # asyncpg's and SQLAlchemy's defaults
+    try:
         with pytest.raises(DBAPIError, match="prepared statement"):
             for _ in range(5):
-                await asyncio.wait_for(storage.count_messages(session), TIMEOUT)
+                async with engine.connect() as conn:
+                    await conn.execute(
+                        text("SELECT count(*) FROM agent_sessions WHERE id = :id"), {"id": session}
+                    )
+                    await conn.commit()
+    finally:
+        await engine.dispose()
+
+
+async def test_without_the_option_the_store_says_to_set_it(pooled_url: URL) -> None:
+    """PgBouncer refuses the store's per-connection settings (its lock timeout, sent
+    with the login): a configuration error naming the option, not an outage."""
+    async with LedgerSessionStorage(pooled_url) as storage:
+        with pytest.raises(ConfigurationError, match=r"pgbouncer=True"):
+            await asyncio.wait_for(storage.count_messages("pgb"), TIMEOUT)
+        assert storage.ledger.retries == 0
 
 
 def test_pgbouncer_option_is_for_postgresql_only() -> None:

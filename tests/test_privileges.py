@@ -30,7 +30,7 @@ from sqlalchemy.pool import NullPool
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import AssistantMessage, UserMessage
 
-from chatledger import SchemaNotReady
+from chatledger import ConfigurationError, SchemaNotReady
 from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, upgrade_database
 from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
@@ -248,11 +248,12 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
         async def create_table(conn: AsyncConnection) -> None:
             await conn.execute(text("CREATE TABLE chatledger_probe (x INTEGER)"))
 
-        with pytest.raises(DBAPIError, match=r"(?i)denied"):
+        # A missing privilege is a configuration error, never retried (it names the grants).
+        with pytest.raises(ConfigurationError, match=r"(?i)denied"):
             await storage.ledger.write(create_table)
 
         async def drop_table(conn: AsyncConnection) -> None:
             await conn.execute(text("DROP TABLE raw_messages"))
 
-        with pytest.raises(DBAPIError, match=r"(?i)denied|must be owner"):
+        with pytest.raises(ConfigurationError, match=r"(?i)denied|must be owner"):
             await storage.ledger.write(drop_table)

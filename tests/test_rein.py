@@ -470,7 +470,7 @@ def test_dsn_rules(database: Database, monkeypatch: pytest.MonkeyPatch, conv_id:
     with LedgerSessionStore() as from_env:
         assert from_env.url == resolve_dsn(database.url)
         from_env.save(conv_id, Session())
-    with LedgerSessionStore(dsn_of(database), pool_size=2, retry_attempts=3) as from_dsn:
+    with LedgerSessionStore(dsn_of(database), pool_size=2, retry_timeout=3) as from_dsn:
         assert from_dsn.load(conv_id) == Session()
         from_dsn.delete(conv_id)
     with pytest.raises(ValueError, match="not supported"):

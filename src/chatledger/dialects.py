@@ -2,17 +2,21 @@
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
-SQLAlchemy's dialect name: the append (sequence allocation and insert), the transient error
-codes that are safe to retry, the options of a snapshot-consistent read, the
-rein-session upsert, the greater of two instants (``updated_at`` never moves back),
-the schema lock of migrations, and the connection set-up of SQLite (with its clean-up
-of a cancelled statement).
+SQLAlchemy's dialect name: the append (sequence allocation and insert), the
+rein-session upsert, the meaning of each error code (transient and safe to retry, a
+lost connection, a configuration the server refuses, a statement too large), the
+isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
+never moves back), the schema lock of migrations, and the set-up of every new
+connection (lock timeouts; SQLite's pragmas, explicit transactions and the clean-up of
+a cancelled statement; Galera's causal reads).
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -22,10 +26,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection, ExceptionContext
+from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .options import LedgerOptions
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
 
 logger = logging.getLogger("chatledger")
@@ -275,6 +280,39 @@ async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_i
     return int(saved) if saved else None
 
 
+class Failure(enum.Enum):
+    """What a database error means for the transaction that met it."""
+
+    #: Rolled back for a reason a retry can cure: a serialization failure, a deadlock,
+    #: a lock wait past the lock timeout, a busy SQLite file, a stale cached statement.
+    TRANSIENT = "transient"
+    #: The connection was lost, or could not be opened (the server is down, starting,
+    #: shutting down, or out of connection slots). Nothing was committed -- unless it
+    #: happened while the COMMIT was under way, when the outcome is unknown.
+    CONNECTION = "connection"
+    #: The server refused this configuration: no such database, a wrong user or
+    #: password, a missing privilege. Retrying cannot help.
+    CONFIGURATION = "configuration"
+    #: A statement or value larger than the server accepts.
+    TOO_LARGE = "too large"
+    #: Anything else: the statement's own failure (a constraint, a syntax error).
+    OTHER = "other"
+
+
+#: Set-up statements of a new connection, given the store's options.
+SessionSetup = Callable[[LedgerOptions], tuple[str, ...]]
+#: Driver ``connect()`` arguments, given the store's options.
+ConnectArgs = Callable[[LedgerOptions], dict[str, Any]]
+
+
+def _no_setup(_options: LedgerOptions) -> tuple[str, ...]:
+    return ()
+
+
+def _no_connect_args(_options: LedgerOptions) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class DialectRules:
     """What one backend needs done its own way."""
@@ -289,25 +327,41 @@ class DialectRules:
     #: Driver error codes of failures that roll the whole transaction back and are
     #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
     transient_codes: frozenset[str | int]
+    #: Driver exception class names (of the DBAPI error or the driver error under it)
+    #: that are transient whatever their code.
+    transient_exceptions: frozenset[str] = frozenset()
     #: Driver error codes that say the server cannot serve the call right now: it
     #: refused or dropped the connection, is starting up or shutting down, or has no
-    #: connection slot left. Not retried (a dropped commit may have been applied);
-    #: reported as ``StorageUnavailable``.
+    #: connection slot left. Retried like a lost connection.
     unavailable_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a configuration the server refuses, each with the hint
+    #: of what to fix; ``{database}`` and ``{user}`` name the DSN's.
+    configuration_hints: dict[str | int, str] = field(default_factory=dict)
     #: Driver error codes of a statement or value larger than the server accepts.
     too_large_codes: frozenset[str | int] = frozenset()
-    #: Execution options of a snapshot-consistent read transaction.
+    #: Execution options of a snapshot-consistent read transaction: its isolation is
+    #: stated here, never inherited from the server's default.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
+    #: Execution options of a write transaction.
+    write: dict[str, Any] = field(default_factory=dict)
     #: Execution options of a write transaction that must hold the write lock from its
     #: start, whatever its first statement (the schema upgrade).
     locked_write: dict[str, Any] = field(default_factory=dict)
+    #: ``create_async_engine`` options of this backend.
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    #: Driver ``connect()`` arguments from the store's options (sent with the login).
+    connect_args: ConnectArgs = _no_connect_args
+    #: Statements run once on every new connection, from the store's options.
+    session_setup: SessionSetup = _no_setup
+    #: Transactions begin with an explicit ``BEGIN <mode>`` from the ``begin`` event,
+    #: the mode taken from the ``chatledger_sqlite_begin`` execution option (SQLite).
+    explicit_begin: bool = False
     #: Largest statement the server takes, in bytes, when no query says otherwise:
     #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
     statement_limit: int = 1_000_000_000
     #: Query reading the server's own limit (MySQL's ``max_allowed_packet``).
     statement_limit_query: str | None = None
-    #: A server behind a socket: a sized pool, pre-pinged (a server may drop pooled
-    #: connections on a restart or an idle timeout; a SQLite file cannot).
+    #: A server behind a socket, with a sized pool (a SQLite file has none).
     server: bool = True
     #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
     driver_extra: str = ""
@@ -319,22 +373,77 @@ class DialectRules:
         return self.greatest(stored, bindparam(None, now, type_=stored.type), type_=stored.type)
 
 
+def _postgresql_connect_args(options: LedgerOptions) -> dict[str, Any]:
+    """asyncpg sends ``server_settings`` with the login: no round trip of their own.
+    PgBouncer refuses startup parameters it does not track, so none go through it."""
+    if options.pgbouncer:
+        return {}
+    return {"server_settings": {"lock_timeout": f"{max(1, round(options.lock_timeout * 1000))}ms"}}
+
+
+def _mysql_session_setup(options: LedgerOptions) -> tuple[str, ...]:
+    # innodb_lock_wait_timeout takes whole seconds, at least 1.
+    return (f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(options.lock_timeout))}",)
+
+
+def _sqlite_session_setup(options: LedgerOptions) -> tuple[str, ...]:
+    return (
+        f"PRAGMA busy_timeout = {max(1, round(options.lock_timeout * 1000))}",
+        "PRAGMA journal_mode = WAL",
+        f"PRAGMA synchronous = {options.sqlite_synchronous}",
+    )
+
+
+_PRIVILEGE_HINT_POSTGRESQL = (
+    "the role {user} lacks a privilege the runtime role needs; grant it as the database owner "
+    '(README, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
+    "GRANT USAGE ON SCHEMA public TO {user}; "
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user};"
+)
+_PRIVILEGE_HINT_MYSQL = (
+    "the user {user} lacks a privilege the runtime role needs; grant it as an admin "
+    '(README, "Two roles: owner and runtime"): '
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%';"
+)
+_DATABASE_HINT = (
+    'the database {database} does not exist: create it (README, "Deploying: migrations") '
+    "or correct its name in the DSN"
+)
+_LOGIN_HINT = "the server refused the login: check the user/password in the DSN (user {user})"
+_PROTOCOL_HINT = (
+    "the server, or a connection pooler in front of it, refused the connection's start-up "
+    "settings; behind PgBouncer in transaction pooling mode pass pgbouncer=True"
+)
+
 RULES: dict[str, DialectRules] = {
     "postgresql": DialectRules(
         append_message=_append_postgresql,
         save_rein_session=_save_rein_postgresql,
         greatest=func.greatest,
-        # serialization_failure, deadlock_detected
-        transient_codes=frozenset({"40001", "40P01"}),
+        # serialization_failure, deadlock_detected, lock_not_available (lock_timeout)
+        transient_codes=frozenset({"40001", "40P01", "55P03"}),
+        # A prepared statement cached on a pooled connection whose result type an
+        # online migration changed (SQLSTATE 0A000 of this class only): the
+        # transaction was rolled back and SQLAlchemy has dropped the stale caches.
+        transient_exceptions=frozenset({"InvalidCachedStatementError"}),
         # SQLSTATE class 08 (connection exceptions), too_many_connections,
         # admin_shutdown, crash_shutdown, cannot_connect_now (starting up / shutting down)
-        # ... and invalid_authorization_specification, invalid_password,
-        # invalid_catalog_name (no such database): the connection cannot be opened.
         unavailable_codes=frozenset(
             {"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"}
-            | {"28000", "28P01", "3D000"}
         ),
-        snapshot_read={"isolation_level": "REPEATABLE READ"},
+        configuration_hints={
+            "3D000": _DATABASE_HINT,  # invalid_catalog_name
+            "28000": _LOGIN_HINT,  # invalid_authorization_specification (unknown role)
+            "28P01": _LOGIN_HINT,  # invalid_password
+            "42501": _PRIVILEGE_HINT_POSTGRESQL,  # insufficient_privilege
+            # protocol_violation: what PgBouncer answers to a startup parameter it does
+            # not track (the store's lock_timeout), and no server sends to a valid client.
+            "08P01": _PROTOCOL_HINT,
+        },
+        # Stated by asyncpg's BEGIN itself (BEGIN ISOLATION LEVEL REPEATABLE READ READ
+        # ONLY): one snapshot for every statement of the read, and no extra round trip.
+        snapshot_read={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True},
+        connect_args=_postgresql_connect_args,
         driver_extra="postgres",
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
@@ -343,18 +452,33 @@ RULES: dict[str, DialectRules] = {
         append_message=_append_mysql,
         save_rein_session=_save_rein_mysql,
         greatest=func.greatest,
-        # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
-        transient_codes=frozenset({1213, 1205}),
+        # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed
+        # since it was read"): MariaDB's snapshot isolation (innodb_snapshot_isolation,
+        # on by default from 11.8) rolls a write back with it when another transaction
+        # changed the row after this one's snapshot.
+        transient_codes=frozenset({1213, 1205, 1020}),
         # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
         # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
         # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
-        # ... and ER_DBACCESS_DENIED_ERROR, ER_ACCESS_DENIED_ERROR, ER_BAD_DB_ERROR
         # ... and ER_UNKNOWN_COM_ERROR, Galera's "WSREP has not yet prepared node for
         # application use": the node is joining or outside the primary component.
-        unavailable_codes=frozenset(
-            {1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031} | {1044, 1045, 1049} | {1047}
-        ),
-        # InnoDB's default REPEATABLE READ already reads one consistent snapshot.
+        unavailable_codes=frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031, 1047}),
+        configuration_hints={
+            1049: _DATABASE_HINT,  # ER_BAD_DB_ERROR
+            1045: _LOGIN_HINT,  # ER_ACCESS_DENIED_ERROR
+            1698: _LOGIN_HINT,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR (no password given)
+            1044: _PRIVILEGE_HINT_MYSQL,  # ER_DBACCESS_DENIED_ERROR
+            1142: _PRIVILEGE_HINT_MYSQL,  # ER_TABLEACCESS_DENIED_ERROR
+            1143: _PRIVILEGE_HINT_MYSQL,  # ER_COLUMNACCESS_DENIED_ERROR
+            1227: _PRIVILEGE_HINT_MYSQL,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
+        },
+        # Every connection's session is set to REPEATABLE READ when it opens, whatever
+        # the server's default (transaction_isolation may be READ-COMMITTED): InnoDB
+        # then reads one consistent snapshot from a transaction's first read on, and
+        # the appends' locking was designed for that level. Per connection, not per
+        # transaction, so no call pays a round trip for it.
+        engine_options={"isolation_level": "REPEATABLE READ"},
+        session_setup=_mysql_session_setup,
         statement_limit_query="SELECT @@max_allowed_packet",
         driver_extra="mysql",
         # ER_NET_PACKET_TOO_LARGE
@@ -368,7 +492,13 @@ RULES: dict[str, DialectRules] = {
         transient_codes=frozenset({5, 6}),
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
+        # A write takes the write lock when it begins, before its first statement, so
+        # everything it reads is current and two writers never deadlock upgrading a
+        # read lock.
+        write={"chatledger_sqlite_begin": "IMMEDIATE"},
         locked_write={"chatledger_sqlite_begin": "IMMEDIATE"},
+        session_setup=_sqlite_session_setup,
+        explicit_begin=True,
         server=False,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
@@ -407,7 +537,7 @@ def error_code(error: DBAPIError) -> str | int | None:
     args = getattr(orig, "args", ())
     if args and isinstance(args[0], int):
         return args[0]
-    sqlstate = getattr(orig, "sqlstate", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
     if sqlstate:
         return str(sqlstate)
     if isinstance(orig, Exception) and "database is locked" in str(orig):
@@ -415,54 +545,77 @@ def error_code(error: DBAPIError) -> str | int | None:
     return None
 
 
-def is_transient(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the error rolled the transaction back for a reason a retry can cure."""
-    return error_code(error) in rules(dialect_name).transient_codes
+def _class_names(error: BaseException | None) -> set[str]:
+    """The class names of ``error`` and of the errors it was raised from (the
+    driver's own error under SQLAlchemy's adapted DBAPI one)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        names.update(kind.__name__ for kind in type(error).__mro__)
+        error = error.__cause__
+    return names
 
 
-def is_unavailable(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the error says the server cannot serve now (down, restarting, out of
-    connection slots, or the connection dropped), as opposed to the statement failing."""
-    return error_code(error) in rules(dialect_name).unavailable_codes
+def classify(dialect_name: str, error: DBAPIError) -> Failure:
+    """What ``error`` means: see :class:`Failure`. The codes are the dialect's rules."""
+    found = rules(dialect_name)
+    code = error_code(error)
+    if code in found.too_large_codes:
+        return Failure.TOO_LARGE
+    if code in found.configuration_hints:
+        return Failure.CONFIGURATION
+    if code in found.transient_codes or found.transient_exceptions & _class_names(error.orig):
+        return Failure.TRANSIENT
+    if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
+        return Failure.CONNECTION
+    return Failure.OTHER
 
 
-def is_too_large(dialect_name: str, error: DBAPIError) -> bool:
-    """Whether the server refused a statement or value for its size."""
-    return error_code(error) in rules(dialect_name).too_large_codes
+def configuration_hint(dialect_name: str, error: DBAPIError, url: URL) -> str:
+    """What to fix for a :attr:`Failure.CONFIGURATION` error, naming the DSN's database
+    and user."""
+    template = rules(dialect_name).configuration_hints.get(error_code(error) or "", "check the DSN")
+    return template.format(database=url.database or "?", user=url.username or "?")
 
 
-def configure_engine(engine: AsyncEngine, *, sqlite_busy_timeout_ms: int) -> None:
-    """Per-connection set-up. SQLite only: WAL, a busy timeout, and write transactions
-    that take the write lock with their first statement (``BEGIN IMMEDIATE``), so that
-    two writers never deadlock upgrading a read lock.
+def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
+    """Per-connection set-up from the dialect's rules: the set-up statements of every
+    new connection (SQLite's WAL, busy timeout and synchronous pragmas; MySQL's lock
+    wait timeout), and on SQLite explicit transactions.
 
-    Every write transaction of chatledger starts with its INSERT, UPDATE or DELETE, so
-    sqlite3's own ``isolation_level = "IMMEDIATE"`` begins it in the same call as that
-    statement, without a round trip to aiosqlite's thread of its own. Reads and the
-    schema upgrade ask for an explicit ``BEGIN DEFERRED`` / ``BEGIN IMMEDIATE`` through
-    the ``chatledger_sqlite_begin`` execution option (SQLAlchemy's aiosqlite
-    documentation, "Serializable isolation / Savepoints / Transactional DDL")."""
-    if engine.dialect.name != "sqlite":
-        return
+    SQLite: sqlite3's own transaction handling is switched off
+    (``isolation_level = None``) and every transaction begins with an explicit
+    ``BEGIN`` from the ``begin`` event: ``BEGIN IMMEDIATE`` for a write, so it holds
+    the write lock before its first statement, and a deferred ``BEGIN`` for a read,
+    whose snapshot starts with its first statement (WAL mode: it blocks no writer).
+    The mode comes from the ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE``
+    when none is given. SQLAlchemy's pysqlite / aiosqlite documentation,
+    "Serializable isolation / Savepoints / Transactional DDL"."""
+    found = rules(engine.dialect.name)
+    statements = found.session_setup(options)
+    explicit_begin = found.explicit_begin
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
-        # sqlite3 then opens a write transaction with BEGIN IMMEDIATE itself, right before
-        # the first INSERT, UPDATE or DELETE, in the same call: no statement of its own.
-        dbapi_connection.isolation_level = "IMMEDIATE"
+        if explicit_begin:
+            dbapi_connection.isolation_level = None
+        if not statements:
+            return
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(sqlite_busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
+            for statement in statements:
+                cursor.execute(statement)
         finally:
             cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
-    def _begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("chatledger_sqlite_begin")
-        if mode is not None:
-            conn.exec_driver_sql(f"BEGIN {mode}")
+    if explicit_begin:
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql(
+                f"BEGIN {conn.get_execution_options().get('chatledger_sqlite_begin', 'IMMEDIATE')}"
+            )
 
 
 # -- schema migrations ----------------------------------------------------------------

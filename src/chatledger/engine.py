@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet, ref
@@ -16,10 +16,17 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_random_exponential,
+)
 
 from . import dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
-from .errors import SchemaNotReady, StorageUnavailable
+from .errors import ConfigurationError, OutcomeUnknown, SchemaNotReady, StorageUnavailable
 from .options import LedgerOptions
 
 logger = logging.getLogger("chatledger")
@@ -68,10 +75,17 @@ class Ledger:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.dialect = self.url.get_backend_name()
         self.rules = dialects.rules(self.dialect)
+        connect_args = self.rules.connect_args(self.options)
+        for name, value in self.options.connect_args.items():
+            # The caller's own server settings win over ours, one by one.
+            connect_args[name] = (
+                {**connect_args.get(name, {}), **value} if name == "server_settings" else value
+            )
         engine_options: dict[str, Any] = {
+            **self.rules.engine_options,
             "echo": self.options.echo,
-            "connect_args": dict(self.options.connect_args),
-            "pool_pre_ping": self.rules.server,
+            "connect_args": connect_args,
+            "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
         }
         if self.options.pgbouncer:
             if self.dialect != "postgresql":
@@ -91,7 +105,7 @@ class Ledger:
             raise ImportError(
                 f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
             ) from error
-        dialects.configure_engine(self.engine, sqlite_busy_timeout_ms=self.options.sqlite_busy_timeout_ms)
+        dialects.configure_engine(self.engine, self.options)
         dialects.release_cancelled_statements(self.engine)
         dialects.configure_galera(self.engine)
         self.auto_upgrade = (
@@ -105,6 +119,15 @@ class Ledger:
         _LEDGERS.add(self)
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
+        #: When a failed attempt is tried again: a random exponential backoff, and no
+        #: attempt after ``retry_timeout`` seconds from the start of the call.
+        self._retry_policy = AsyncRetrying(
+            stop=stop_before_delay(self.options.retry_timeout),
+            wait=wait_random_exponential(
+                multiplier=self.options.retry_backoff, max=self.options.retry_backoff_max
+            ),
+            retry=retry_if_exception_type(_Retry),
+        )
         #: Largest statement the server accepts, in bytes; read from the server (MySQL's
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.rules.statement_limit
@@ -212,29 +235,52 @@ class Ledger:
         await self.ensure_ready()
         validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
 
-    async def write(self, work: Work[T], *, settle: Settle[T] | None = None) -> T:
+    async def write(
+        self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
+    ) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
+
+        Retried (within ``retry_timeout`` seconds, see
+        :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
+        lock waits past ``lock_timeout``, busy SQLite files, and connections lost or
+        refused before the COMMIT was sent -- all of which left nothing committed.
 
         ``settle`` makes the write exactly-once across an ambiguous failure (the
         connection lost while the COMMIT was under way): it looks the write up by the
-        id it carries, fixed before the first attempt, in its own read transaction,
-        and returns the write's result when it was committed, ``None`` when not.
-        After an ambiguous failure every later attempt settles first, and a failure
-        of ``work`` (a duplicate key, a version conflict) settles again before it is
-        raised. Without ``settle`` an ambiguous failure raises ``OutcomeUnknown``.
+        id it carries (``write_id``), fixed before the first attempt, in its own read
+        transaction, and returns the write's result when it was committed, ``None``
+        when not. After an ambiguous failure every later attempt settles first, and a
+        failure of ``work`` (a duplicate key, a version conflict) settles again before
+        it is raised: the server may still have been finishing the first COMMIT while
+        the first settle read, and the write's primary key decides that race.
 
-        On SQLite the write lock is taken by ``work``'s first INSERT, UPDATE or DELETE
-        (see :func:`chatledger.dialects.configure_engine`): reads before it see the
-        database as it was, so a write that depends on them must not read first.
+        Raises:
+            OutcomeUnknown: the COMMIT was ambiguous and either no ``settle`` was
+                given, or the database stayed unreachable for the rest of the budget;
+                carries ``write_id``.
+            StorageUnavailable: the budget ran out on transient failures or an
+                unreachable database; nothing from this call was committed.
+            ConfigurationError: the server refused the configuration (database, login,
+                privilege); never retried.
+            ValueError: the server refused a statement as too large; nothing written.
         """
-        return await self._run(work, write=True)
+        return await self._run(work, write=True, settle=settle, write_id=write_id)
 
     async def read(self, work: Work[T]) -> T:
-        """Run ``work`` in one snapshot-consistent read transaction."""
+        """Run ``work`` in one snapshot-consistent read transaction (its isolation
+        stated per backend in :data:`chatledger.dialects.RULES`), retried whole like a
+        write; a read has no ambiguous outcome."""
         return await self._run(work, write=False)
 
     async def _run(
-        self, work: Work[T], *, write: bool = False, options: dict[str, Any] | None = None, ready: bool = True
+        self,
+        work: Work[T],
+        *,
+        write: bool = False,
+        options: dict[str, Any] | None = None,
+        ready: bool = True,
+        settle: Settle[T] | None = None,
+        write_id: str | None = None,
     ) -> T:
         await self._bind_loop()
         if self._closed:
@@ -242,49 +288,133 @@ class Ledger:
         if ready and not self._ready:
             await self.ensure_ready()
         if options is None:
-            options = {} if write else self.rules.snapshot_read
-        attempts = self.options.retry_attempts
-        for attempt in range(1, attempts + 1):
+            options = self.rules.write if write else self.rules.snapshot_read
+        # The error of a COMMIT whose outcome is unknown, once one happened.
+        ambiguous: BaseException | None = None
+        # tenacity's state of this call, made on its first failure: a call that succeeds
+        # at once pays nothing for the retry machinery.
+        state: RetryCallState | None = None
+        started = time.monotonic()
+        while True:
             try:
-                async with self.engine.connect() as conn:
-                    if options:
-                        conn = await conn.execution_options(**options)
-                    async with conn.begin():
-                        return await work(conn)
-            except DBAPIError as error:
-                if dialects.is_too_large(self.dialect, error):
-                    raise ValueError(
-                        f"the database refused the statement as too large (statement_limit "
-                        f"{self.statement_limit} bytes); nothing was written: {error.orig}"
-                    ) from error
-                if not dialects.is_transient(self.dialect, error):
-                    if _is_disconnect(error) or dialects.is_unavailable(self.dialect, error):
-                        raise StorageUnavailable(
-                            f"lost or could not open the connection to {display(self.url)}; nothing "
-                            "from this call was committed unless the server had already acknowledged "
-                            f"it: {error.orig}"
-                        ) from error
+                if ambiguous is not None and settle is not None:
+                    found = await self._settle(settle)
+                    if found is not None:
+                        return found
+                try:
+                    return await self._attempt(work, options, write=write)
+                except _Retry as retry:
+                    if retry.ambiguous:
+                        ambiguous = retry.cause
+                        if settle is None:
+                            raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
                     raise
-                if attempt == attempts:
+                except (StorageUnavailable, ConfigurationError):
+                    raise
+                except Exception:
+                    # The work failed: a repeat of a write that was committed (by an
+                    # earlier call, or by this one's ambiguous COMMIT that the server
+                    # finished late) fails on the write's own key. Settle decides.
+                    if settle is not None:
+                        found = await self._settle(settle)
+                        if found is not None:
+                            return found
+                    raise
+            except _Retry as retry:
+                if state is None:
+                    state = RetryCallState(self._retry_policy, None, (), {})
+                    state.start_time = started
+                state.set_exception((type(retry), retry, retry.__traceback__))
+                state.upcoming_sleep = self._retry_policy.wait(state)
+                if self._retry_policy.stop(state):
+                    if ambiguous is not None:
+                        raise self._unknown(retry.cause, write_id, settled=True) from retry.cause
                     raise StorageUnavailable(
-                        f"transaction on {display(self.url)} still failed after {attempts} attempts "
-                        f"(code {dialects.error_code(error)}): {error.orig}"
-                    ) from error
-                self.retries += 1
-                delay = min(self.options.retry_backoff_max, self.options.retry_backoff * 2 ** (attempt - 1))
-                logger.debug(
-                    "retrying transient failure %s (attempt %d)", dialects.error_code(error), attempt
-                )
-                await asyncio.sleep(random.uniform(0, delay))
-            except PoolTimeout as error:
-                raise StorageUnavailable(
-                    f"no connection to {display(self.url)} became free within "
-                    f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
-                    f"max_overflow={self.options.max_overflow})"
+                        f"{display(self.url)} could not complete the call within the retry budget "
+                        f"(retry_timeout={self.options.retry_timeout:g} s, {state.attempt_number} "
+                        "attempts); nothing from this call was committed. Last failure "
+                        f"({retry.describe()}): {retry.detail}"
+                    ) from retry.cause
+                self._count_retry(state)
+                await asyncio.sleep(state.upcoming_sleep)
+                state.prepare_for_next_attempt()
+
+    async def _settle(self, settle: Settle[T]) -> T | None:
+        return await self._attempt(settle, self.rules.snapshot_read, write=False)
+
+    def _unknown(self, cause: BaseException, write_id: str | None, *, settled: bool) -> OutcomeUnknown:
+        if settled:
+            how = (
+                f"and {display(self.url)} stayed unreachable for the rest of the retry budget "
+                f"(retry_timeout={self.options.retry_timeout:g} s), so it could not be looked up. "
+                "Repeat the identical call once the database answers: the write carries the id "
+                f"{write_id!r}, so a repeat of one that was committed returns its result and "
+                "writes nothing"
+            )
+        else:
+            how = (
+                "and this write cannot be looked up by an id. Read the data back once the "
+                "database answers to see whether it was applied before repeating it"
+            )
+        return OutcomeUnknown(
+            f"the connection to {display(self.url)} was lost while the database committed this "
+            f"write, so whether it was applied is unknown, {how}. Lost with: {_detail(cause)}",
+            write_id=write_id,
+        )
+
+    async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
+        """One transaction. A failure a retry can cure raises :class:`_Retry`; a
+        configuration or size failure its own error; anything else is ``work``'s own."""
+        committing = committed = False
+        try:
+            async with self.engine.connect() as conn:
+                if options:
+                    conn = await conn.execution_options(**options)
+                async with conn.begin():
+                    result = await work(conn)
+                    committing = True  # leaving this block sends the COMMIT
+                committed = True
+        except DBAPIError as error:
+            if committed:  # only returning the connection to the pool failed
+                return result
+            failure = dialects.classify(self.dialect, error)
+            if failure is dialects.Failure.TOO_LARGE:
+                raise ValueError(
+                    f"the database refused the statement as too large (statement_limit "
+                    f"{self.statement_limit} bytes); nothing was written: {error.orig}"
                 ) from error
-            except OSError as error:
-                raise StorageUnavailable(f"cannot reach {display(self.url)}: {error}") from error
-        raise AssertionError("unreachable")
+            if failure is dialects.Failure.CONFIGURATION:
+                raise ConfigurationError(
+                    f"{display(self.url)}: {dialects.configuration_hint(self.dialect, error, self.url)}. "
+                    f"The server said: {error.orig}"
+                ) from error
+            if failure is dialects.Failure.TRANSIENT:
+                # Even out of the COMMIT: the server rolled the transaction back.
+                raise _Retry(error, dialects.error_code(error)) from error
+            if failure is dialects.Failure.CONNECTION:
+                raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
+            raise
+        except PoolTimeout as error:
+            raise StorageUnavailable(
+                f"no connection to {display(self.url)} became free within "
+                f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
+                f"max_overflow={self.options.max_overflow})"
+            ) from error
+        except OSError as error:  # the socket under the driver: refused, reset, timed out
+            if committed:
+                return result
+            raise _Retry(error, None, ambiguous=write and committing) from error
+        return result
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.retries += 1
+        failure = state.outcome.exception() if state.outcome is not None else None
+        logger.debug(
+            "retrying after %s (attempt %d, next in %.3f s)",
+            failure.describe() if isinstance(failure, _Retry) else failure,
+            state.attempt_number,
+            state.upcoming_sleep,
+        )
 
 
 #: Every ledger of this process, for the fork hook below; weak, so that none is kept alive.
@@ -301,7 +431,25 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _is_disconnect(error: DBAPIError) -> bool:
-    """Whether the connection itself failed (SQLAlchemy's dialect-specific check, or a
-    socket error underneath), as opposed to the statement."""
-    return bool(error.connection_invalidated) or isinstance(error.orig, OSError)
+class _Retry(Exception):
+    """An attempt failed in a way that left nothing committed (``ambiguous``: unless the
+    failure came out of the COMMIT), so the call may run again."""
+
+    def __init__(self, cause: BaseException, code: str | int | None, *, ambiguous: bool = False) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.code = code
+        self.ambiguous = ambiguous
+
+    @property
+    def detail(self) -> str:
+        return _detail(self.cause)
+
+    def describe(self) -> str:
+        return f"code {self.code}" if self.code is not None else type(self.cause).__name__
+
+
+def _detail(error: BaseException) -> str:
+    """The driver's message of a wrapped DBAPI error, else the error itself."""
+    orig = getattr(error, "orig", None)
+    return str(orig if orig is not None else error) or type(error).__name__

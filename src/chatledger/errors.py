@@ -43,16 +43,18 @@ class ConfigurationError(ChatledgerError, RuntimeError):
 
 
 class StorageUnavailable(ChatledgerError, RuntimeError):
-    """The database could not complete a call within the retry budget: the server is
-    unreachable, kept failing transiently, or no pooled connection became free in
-    time. Nothing from the call was committed (see :class:`OutcomeUnknown` for the
-    one case where that cannot be known)."""
+    """The database could not complete a call within the retry budget
+    (``retry_timeout`` seconds, lock waits of up to ``lock_timeout`` included): the
+    server is unreachable, or kept failing transiently (deadlocks, serialization
+    failures, lock timeouts); or no pooled connection became free within
+    ``pool_timeout``. Nothing from the call was committed (see :class:`OutcomeUnknown`
+    for the one case where that cannot be known); repeating the call is safe."""
 
 
 class OutcomeUnknown(StorageUnavailable):
     """The connection was lost while the database committed a write, and the
-    database stayed unreachable while the store tried to look the write up, so
-    whether it was applied is unknown.
+    database stayed unreachable while the store tried to look the write up (or the
+    write carries no id to look up), so whether it was applied is unknown.
 
     Settle it by repeating the identical call once the database answers (writes
     carry an id fixed before their first attempt, so a repeat of a write that did

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class LedgerOptions(BaseModel):
     """Keyword options accepted by every chatledger store (``**options``).
 
-    Pool settings apply to PostgreSQL and MySQL; SQLite uses its own busy timeout.
-    Unknown names raise ``pydantic.ValidationError`` (a ``ValueError``).
+    Pool settings apply to PostgreSQL and MySQL. Unknown names raise
+    ``pydantic.ValidationError`` (a ``ValueError``).
+
+    **Retries.** A call is retried whole while it fails for a reason that left nothing
+    committed (a deadlock, a serialization failure, a lock wait past ``lock_timeout``,
+    a busy SQLite file, a lost or refused connection), for at most ``retry_timeout``
+    seconds from its start; a lock wait counts against that budget, so a call ends
+    within about ``retry_timeout + lock_timeout`` seconds.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -24,6 +31,10 @@ class LedgerOptions(BaseModel):
     pool_timeout: float = Field(default=30.0, gt=0)
     #: Seconds after which a pooled connection is replaced (server idle timeouts).
     pool_recycle: int = Field(default=1800, ge=-1)
+    #: Test every pooled connection with a round trip before each call (SQLAlchemy's
+    #: ``pool_pre_ping``). Off by default: a connection the server dropped fails its
+    #: first statement, before any COMMIT, and the call is retried on a new one.
+    pool_pre_ping: bool = False
     #: Log every statement through the ``sqlalchemy.engine`` logger.
     echo: bool = False
     #: Extra arguments for the DBAPI driver's ``connect()``.
@@ -31,15 +42,46 @@ class LedgerOptions(BaseModel):
     #: Upgrade the schema on first use. ``None``: yes for SQLite (embedded), no for a
     #: server database, where migrations are a deploy step.
     auto_upgrade: bool | None = None
-    #: Attempts for a transaction that hits a transient failure (deadlock,
-    #: serialization failure, lock timeout, busy SQLite file); 1 disables retrying.
-    retry_attempts: int = Field(default=30, ge=1)
-    #: First backoff between attempts in seconds; doubles per attempt, with full jitter.
+    #: Seconds a call keeps retrying transient failures (deadlocks, serialization
+    #: failures, lock timeouts, busy SQLite files, lost or refused connections), counted
+    #: from its start; 0 makes one attempt. No attempt starts after the budget is spent.
+    retry_timeout: float = Field(default=20.0, ge=0)
+    #: First backoff between attempts in seconds; grows exponentially, with full jitter.
     retry_backoff: float = Field(default=0.01, ge=0)
     #: Upper bound of one backoff, in seconds.
     retry_backoff_max: float = Field(default=0.5, ge=0)
+    #: Seconds one statement waits for a row or table lock another transaction holds
+    #: before it fails and its transaction is retried (within ``retry_timeout``).
+    #: Applied to every connection: PostgreSQL ``lock_timeout``, MySQL/MariaDB
+    #: ``innodb_lock_wait_timeout`` (whole seconds, rounded up), SQLite ``busy_timeout``.
+    lock_timeout: float = Field(default=5.0, gt=0)
     #: PostgreSQL behind PgBouncer in transaction pooling mode: no client-side pool
-    #: (PgBouncer pools), no cached or reused prepared-statement names.
+    #: (PgBouncer pools), no cached or reused prepared-statement names, and no
+    #: per-connection settings (PgBouncer refuses them; set ``lock_timeout`` on the role).
     pgbouncer: bool = False
-    #: SQLite: milliseconds a writer waits for the file's write lock.
-    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    #: SQLite's ``synchronous`` pragma (the database runs in WAL mode). ``FULL``: every
+    #: acknowledged commit survives a power loss or OS crash. ``NORMAL``: faster
+    #: commits, but a power loss or OS crash may lose the last commits acknowledged
+    #: before it (never corrupting the file; a crash of the process alone loses
+    #: nothing). SQLite's documentation, "PRAGMA synchronous" and "WAL mode".
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not ({"retry_attempts", "sqlite_busy_timeout_ms"} & data.keys()):
+            return data
+        data = dict(data)
+        if "retry_attempts" in data:
+            raise ValueError(
+                "retry_attempts was replaced by retry_timeout: the retry budget in seconds (default 20)"
+            )
+        busy_ms = data.pop("sqlite_busy_timeout_ms")
+        warnings.warn(
+            "sqlite_busy_timeout_ms is deprecated: use lock_timeout (seconds, every backend)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if "lock_timeout" not in data and isinstance(busy_ms, int | float) and busy_ms > 0:
+            data["lock_timeout"] = busy_ms / 1000
+        return data

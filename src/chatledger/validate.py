@@ -35,9 +35,9 @@ STATEMENT_OVERHEAD = 16 * 1024
 _ESCAPED = ("\x00", "\n", "\r", "\x1a", "'", '"', "\\")
 
 
-def text(value: object, field: str) -> str:
-    """A string that the databases can store: UTF-8 encodable and free of NUL
-    (PostgreSQL text cannot hold U+0000)."""
+def utf8(value: object, field: str) -> str:
+    """A string encodable as UTF-8 (no lone surrogate); NUL allowed, for values
+    stored inside JSON, where it is escaped."""
     if not isinstance(value, str):
         raise TypeError(f"{field} must be a str, not {type(value).__name__}")
     try:
@@ -47,16 +47,37 @@ def text(value: object, field: str) -> str:
     return value
 
 
-def identifier(value: object, field: str) -> str:
-    """A session, parent or request id: 1-255 characters, not blank, no NUL."""
-    value = text(value, field)
-    if not value.strip():
-        raise ValueError(f"{field} cannot be empty or blank")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(f"{field} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+def text(value: object, field: str) -> str:
+    """A string that every database can store in a text column: UTF-8 encodable and
+    free of NUL (PostgreSQL text cannot hold U+0000).
+
+    Raises:
+        TypeError: not a ``str``.
+        ValueError: a lone surrogate or a NUL character; names ``field``.
+    """
+    value = utf8(value, field)
     if "\x00" in value:
         raise ValueError(f"{field} cannot contain NUL characters")
     return value
+
+
+def identifier(value: object, field: str, *, limit: int = MAX_ID_LENGTH) -> str:
+    """A session, parent or request id: 1-``limit`` (255) characters, not blank, no NUL."""
+    value = text(value, field)
+    if not value.strip():
+        raise ValueError(f"{field} cannot be empty or blank")
+    if len(value) > limit:
+        raise ValueError(f"{field} is {len(value)} characters long; the limit is {limit}")
+    return value
+
+
+#: Longest raw-message id (the ``raw_messages.id`` column; a UUID's 36 characters).
+MAX_MESSAGE_ID_LENGTH = 36
+
+
+def message_id(value: object) -> str:
+    """A caller-given raw-message id: 1-36 characters, not blank, no NUL."""
+    return identifier(value, "message_id", limit=MAX_MESSAGE_ID_LENGTH)
 
 
 def optional_identifier(value: object, field: str) -> str | None:
@@ -70,8 +91,6 @@ def display_field(value: object, field: str, limit: int) -> str | None:
     stripped = text(value, field).strip()
     if not stripped or len(stripped) > limit:
         raise ValueError(f"{field} must contain between 1 and {limit} characters")
-    if "\x00" in stripped:
-        raise ValueError(f"{field} cannot contain NUL characters")
     return stripped
 
 

@@ -8,6 +8,9 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
   ``LedgerSessionStorage.append``; zett-agent's own ``SQLSessionStorage.append``; and
   the floor, a bare one-row ``INSERT`` of the same raw-message row committed per
   call, through SQLAlchemy Core on chatledger's async driver and engine settings;
+  and chatledger's append under the setting its default trades against (the
+  *variant*): ``sqlite_synchronous="NORMAL"`` against the durable ``FULL`` on SQLite,
+  the pool's pre-ping against none on the servers;
 * **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
   messages, against a 50-message session (no checkpoint); chatledger without its
   load cache here (every load a first load, as zett's are), so that this measures
@@ -326,6 +329,13 @@ class _Backend:
     #: Refreshes the planner statistics of the store tables.
     analyze: str
     version: str
+    #: The variant of chatledger's append measured beside its default: a label and
+    #: the store options that make it.
+    variant: tuple[str, dict[str, Any]] = ("pre-ping", {"pool_pre_ping": True})
+
+    @property
+    def variant_name(self) -> str:
+        return f"chatledger, {self.variant[0]}"
 
 
 _BACKENDS = {
@@ -343,7 +353,14 @@ _BACKENDS = {
         "ANALYZE TABLE agent_sessions, raw_messages, session_snapshots",
         "SELECT CONCAT('MySQL-compatible ', version())",
     ),
-    "sqlite": _Backend("sqlite+aiosqlite", None, None, "ANALYZE", "SELECT 'SQLite ' || sqlite_version()"),
+    "sqlite": _Backend(
+        "sqlite+aiosqlite",
+        None,
+        None,
+        "ANALYZE",
+        "SELECT 'SQLite ' || sqlite_version()",
+        ("synchronous=NORMAL", {"sqlite_synchronous": "NORMAL"}),
+    ),
 }
 
 
@@ -430,8 +447,8 @@ def _store_engine(store: Store) -> AsyncEngine:
 class Floor:
     """The floor: one ``raw_messages`` row (chatledger's columns and unique index) per
     call, encoded by zett's codec, in its own committed transaction through
-    SQLAlchemy Core, on chatledger's driver and engine settings (pool, pre-ping,
-    SQLite pragmas). No counter row, no validation, no retry: the least any store
+    SQLAlchemy Core, on chatledger's driver and engine settings (pool, SQLite
+    pragmas). No counter row, no validation, no retry: the least any store
     must do to persist a message."""
 
     def __init__(self, url: URL) -> None:
@@ -772,6 +789,7 @@ async def bench_backend(
         #: Further stores the measurements open, closed at the end.
         opened: list[Store] = []
         floor = Floor(databases.floor)
+        variant = open_store("chatledger", databases.ledger, **rules.variant[1])
         try:
             stores = {kind: open_store(kind, getattr(databases, "ledger" if kind == "chatledger" else kind))
                       for kind in STORES}  # fmt: skip
@@ -784,7 +802,8 @@ async def bench_backend(
 
             say(f"appends: {sizes.append_rounds} rounds x {sizes.append_batch} per contender")
             appenders: dict[str, Appender] = {kind: store.append for kind, store in stores.items()}
-            report.append = await measure_appends({**appenders, "floor": floor.append}, sizes, rng)
+            appenders.update({"floor": floor.append, rules.variant_name: variant.append})
+            report.append = await measure_appends(appenders, sizes, rng)
 
             if sizes.processes and sizes.process_appends:
                 runs = [(kind, shared) for kind in STORES for shared in (True, False)]
@@ -869,6 +888,7 @@ async def bench_backend(
             for store in [*stores.values(), *opened]:
                 await store.close()
             await floor.close()
+            await variant.close()
     report.targets = targets(report, sizes)
     report.seconds = time.perf_counter() - started
     return report
@@ -1035,6 +1055,22 @@ def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
         )
     )
     rows.append(("", "", "", "", *verdict_cells("append_vs_zett", "cl/zett ")))
+    for name, stats in append.items():
+        if name.startswith("chatledger, "):  # the variant: the price of the default's setting
+            label = name.removeprefix("chatledger, ")
+            ratio = append["chatledger"].per_second / stats.per_second
+            rows.append((f"append p50 latency, ms, {label}", f"{stats.median_ms:.2f}", "", "", "", "", ""))
+            rows.append(
+                (
+                    f"append throughput, /s, {label}",
+                    _num(stats.per_second),
+                    "",
+                    "",
+                    f"default/{label} {ratio:.2f}",
+                    "",
+                    "",
+                )
+            )
     load = report.load
     small = str(sizes.tail)
     rows.append(

@@ -248,6 +248,7 @@ class AuditedStorage(LedgerSessionStorage):
         metadata: Mapping[str, JsonValue] | None = None,
         tags: Mapping[str, JsonValue] | None = None,
         usage: ModelUsage | None = None,
+        message_id: str | None = None,
     ) -> int:
         """:meth:`LedgerSessionStorage.append`, recorded as ``append:<role>`` with its sequence."""
         sequence = await super().append(
@@ -261,6 +262,7 @@ class AuditedStorage(LedgerSessionStorage):
             metadata=metadata,
             tags=tags,
             usage=usage,
+            message_id=message_id,
         )
         self.trace.append(TraceEntry(self.run, f"append:{message.role.value}", f"#{sequence}"))
         return sequence

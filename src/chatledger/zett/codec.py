@@ -164,7 +164,7 @@ def raw_row(
     if row["tool_name"] is not None:
         # A convenience copy for SQL readers, like ``content``: the exact name stays
         # in message_json; the column holds its first 200 characters, NUL replaced.
-        row["tool_name"] = validate.text(row["tool_name"], "message.name")[:200].replace("\x00", "\ufffd")
+        row["tool_name"] = validate.utf8(row["tool_name"], "message.name")[:200].replace("\x00", "\ufffd")
     for name in _TIMING_FIELDS:
         row[name] = validate.optional_aware(getattr(timing, name), f"timing.{name}")
     for name in _DURATION_FIELDS:

@@ -234,6 +234,7 @@ class LedgerSessionStorage:
         metadata: Mapping[str, JsonValue] | None = None,
         tags: Mapping[str, JsonValue] | None = None,
         usage: ModelUsage | None = None,
+        message_id: str | None = None,
     ) -> int:
         """Append one immutable raw-log message; return its sequence.
 
@@ -248,6 +249,15 @@ class LedgerSessionStorage:
         again after a delete (``create_session(session_id=...)``) goes on from the
         deleted one's last sequence: no sequence of an id is ever used twice.
 
+        **Exactly once.** ``message_id`` is the raw message's row id (at most 36
+        characters; default a new UUIDv7), fixed before the first attempt. If the
+        connection is lost while the COMMIT is under way, the append looks that id
+        up once the database answers and returns the stored sequence instead of
+        appending twice. A call repeating an append with the same ``message_id``
+        (for example after :class:`chatledger.OutcomeUnknown`, whose ``write_id`` it
+        is) returns the stored sequence and writes nothing; the message itself is
+        not compared. This costs no round trip: the id is the row's primary key.
+
         Raises:
             SessionDeleted: (a ``ValueError``) the session was deleted: an append
                 never revives it (it may come from an agent still running on the
@@ -258,9 +268,14 @@ class LedgerSessionStorage:
                 ``CompactedMessage`` (checkpoints go through :meth:`snapshot`); a
                 row larger than the server's statement limit
                 (``ledger.statement_limit``, MySQL's ``max_allowed_packet``); or a
-                parent different from the session's (the parent is immutable).
-                Nothing is written then.
+                parent different from the session's (the parent is immutable); a
+                ``message_id`` that is blank, longer than 36 characters, or already
+                the id of another session's message. Nothing is written then.
             TypeError: an argument of the wrong type.
+            OutcomeUnknown: the COMMIT's answer was lost and the database stayed
+                unreachable for the retry budget; repeat the call with ``message_id``
+                set to the error's ``write_id``.
+            StorageUnavailable, ConfigurationError: see :meth:`chatledger.engine.Ledger.write`.
         """
         now = _now()
         session_values: dict[str, Any] = {
@@ -282,6 +297,8 @@ class LedgerSessionStorage:
             usage=usage,
             now=now,
         )
+        if message_id is not None:
+            row["id"] = validate.message_id(message_id)
         await self.ledger.check_statement_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
@@ -293,7 +310,20 @@ class LedgerSessionStorage:
                 raise await self._refused_append(conn, session_values["id"])
             return sequence
 
-        return await self.ledger.write(work)
+        async def settle(conn: AsyncConnection) -> int | None:
+            stored = (
+                await conn.execute(select(_raw.c.session_id, _raw.c.sequence).where(_raw.c.id == row["id"]))
+            ).one_or_none()
+            if stored is None:
+                return None
+            if stored.session_id != session_values["id"]:
+                raise ValueError(
+                    f"message_id {row['id']!r} is the id of a message of another session; "
+                    "a message id names one message"
+                )
+            return int(stored.sequence)
+
+        return await self.ledger.write(work, settle=settle, write_id=row["id"])
 
     @staticmethod
     async def _refused_append(conn: AsyncConnection, session_id: str) -> ValueError:
@@ -335,6 +365,13 @@ class LedgerSessionStorage:
             ValueError: the session has no raw messages, the boundary does not
                 name an existing sequence past the previous checkpoint, or the
                 checkpoint is larger than the server's statement limit.
+            OutcomeUnknown: the COMMIT's answer was lost and the database stayed
+                unreachable for the retry budget; ``write_id`` is the checkpoint's
+                id. Reload the session: if its snapshot has that id, it was stored.
+
+        A checkpoint whose COMMIT answer was lost is looked up by its row id (fixed
+        before the first attempt) once the database answers, so a checkpoint that
+        was stored is returned, not refused as a conflict with itself.
         """
         session_id = validate.identifier(session_id, "session_id")
         message_json = codec.snapshot_json(compacted_message)
@@ -342,6 +379,9 @@ class LedgerSessionStorage:
         expected = validate.version(expected_version)
         await self.ledger.check_statement_size("compacted_message", message_json)
         now = _now()
+        # Fixed before the first attempt: a checkpoint whose COMMIT answer was lost is
+        # looked up by it (see Ledger.write's settle).
+        snapshot_id = new_uuid7()
 
         async def work(conn: AsyncConnection) -> ContextSnapshot:
             advanced = await conn.execute(
@@ -358,7 +398,7 @@ class LedgerSessionStorage:
             if advanced.rowcount != 1:
                 await self._explain_refused_snapshot(conn, session_id, boundary, expected)
             row = {
-                "id": new_uuid7(),
+                "id": snapshot_id,
                 "session_id": session_id,
                 "version": expected + 1,
                 "compacted_through_sequence": boundary,
@@ -369,7 +409,13 @@ class LedgerSessionStorage:
             await conn.execute(_snapshots.insert(), row)
             return codec.snapshot(SimpleNamespace(**row))
 
-        return await self.ledger.write(work)
+        async def settle(conn: AsyncConnection) -> ContextSnapshot | None:
+            stored = (
+                await conn.execute(select(_snapshots).where(_snapshots.c.id == snapshot_id))
+            ).one_or_none()
+            return None if stored is None else codec.snapshot(stored)
+
+        return await self.ledger.write(work, settle=settle, write_id=snapshot_id)
 
     @staticmethod
     async def _explain_refused_snapshot(

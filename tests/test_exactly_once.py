@@ -1,0 +1,295 @@
+"""Exactly-once writes across a lost COMMIT, through a real TCP proxy (tests/proxy.py)
+between the store and PostgreSQL / MariaDB.
+
+* Lost while the COMMIT was under way (the server committed, the client never heard):
+  the append looks its message id up after reconnecting and returns the stored
+  sequence; the session holds exactly one copy.
+* The race: the client's connection is dropped and the server gets the COMMIT only
+  later, while the client has reconnected, looked the id up (not there yet) and runs
+  the append again; the primary key of the message id stops the second copy, and the
+  append settles again.
+* The database stays unreachable: ``OutcomeUnknown`` carrying the message id; a later
+  append with that ``message_id`` returns the stored sequence.
+* Lost before the COMMIT, or a pooled connection the server dropped (no pre-ping):
+  nothing was committed, the call is retried and succeeds.
+* A write without a lookup (``update_session``) lost in its COMMIT: ``OutcomeUnknown``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import URL
+from zett_agent.extensions.compaction import CompactedMessage
+from zett_agent.messages import UserMessage
+
+from chatledger import OutcomeUnknown, StorageUnavailable
+from chatledger.zett import LedgerSessionStorage
+
+from .backends import Servers, serializable_postgres
+from .conftest import Database
+from .proxy import Proxy, running_proxy
+from .throwaway import LedgerState, ledger_state, migrated_database, shared_server
+
+#: Seconds any single wait may take before the test fails.
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module", params=["postgresql", "mysql"])
+async def server_url(request: pytest.FixtureRequest, servers: Servers) -> AsyncIterator[URL]:
+    """A migrated database on this machine's server of the backend."""
+    server = shared_server(servers, request.param)
+    async with migrated_database(server) as url:
+        if request.param == "postgresql" and serializable_postgres():
+            await server.execute(
+                f"ALTER DATABASE {url.database} SET default_transaction_isolation TO 'serializable'"
+            )
+        yield url
+
+
+@pytest.fixture
+async def proxy(server_url: URL) -> AsyncIterator[Proxy]:
+    async with running_proxy(server_url) as running:
+        yield running
+
+
+async def _store(proxy: Proxy, server_url: URL, **options: object) -> LedgerSessionStorage:
+    storage = LedgerSessionStorage(proxy.url(server_url), **options)
+    await storage.ledger.ensure_ready()  # its reads commit too: arm the proxy after them
+    return storage
+
+
+async def _fill(storage: LedgerSessionStorage, session_id: str, count: int) -> None:
+    for index in range(1, count + 1):
+        assert await storage.append(session_id, "r", UserMessage(content=f"m{index}")) == index
+
+
+async def _contents(server_url: URL, session_id: str) -> list[str]:
+    async with LedgerSessionStorage(server_url) as direct:
+        return [record.message.content for record in await direct.list_raw_messages(session_id)]
+
+
+async def test_append_lost_in_its_commit_returns_the_stored_sequence_once(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url)
+    try:
+        await _fill(storage, session_id, 3)
+        proxy.arm("drop-after-commit")
+        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m4")), TIMEOUT)
+        assert not proxy.armed
+        assert proxy.events("commit answered"), proxy.log  # the server did commit it
+        assert sequence == 4
+        assert await ledger_state(storage, session_id) == LedgerState(4, [1, 2, 3, 4])
+        assert await _contents(server_url, session_id) == ["m1", "m2", "m3", "m4"]
+        assert await storage.append(session_id, "r", UserMessage(content="m5")) == 5
+    finally:
+        await storage.close()
+
+
+async def test_append_racing_its_own_late_commit_is_stored_once(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url)
+    try:
+        await _fill(storage, session_id, 2)
+        accepted = proxy.accepted
+        proxy.arm("commit-late", delay=1.0)
+        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m3")), TIMEOUT)
+        assert sequence == 3
+        # The client had reconnected (and looked its write up) before the server got
+        # the COMMIT: the race the message id's primary key settles.
+        dropped, forwarded = proxy.events("client dropped"), proxy.events("commit forwarded")
+        assert dropped and forwarded, proxy.log
+        reconnected = [at for at, event in proxy.log if event == "accepted" and at > dropped[0]]
+        assert proxy.accepted > accepted and reconnected and reconnected[0] < forwarded[0], proxy.log
+        assert await ledger_state(storage, session_id) == LedgerState(3, [1, 2, 3])
+        assert await _contents(server_url, session_id) == ["m1", "m2", "m3"]
+    finally:
+        await storage.close()
+
+
+async def test_snapshot_lost_in_its_commit_returns_the_stored_checkpoint(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url)
+    try:
+        await _fill(storage, session_id, 3)
+        for action in ("drop-after-commit", "commit-late"):
+            expected = 0 if action == "drop-after-commit" else 1
+            proxy.arm(action, delay=1.0)
+            checkpoint = await asyncio.wait_for(
+                storage.snapshot(
+                    session_id, CompactedMessage(content=f"c{expected}"), 1 + expected, expected
+                ),
+                TIMEOUT,
+            )
+            assert not proxy.armed
+            assert checkpoint.version == expected + 1
+            view = await storage.load(session_id)
+            assert view.snapshot is not None and view.snapshot.id == checkpoint.id
+            assert view.snapshot.compacted_message.content == f"c{expected}"
+    finally:
+        await storage.close()
+
+
+async def test_unreachable_after_a_lost_commit_raises_outcome_unknown_then_settles(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url, retry_timeout=2)
+    try:
+        await _fill(storage, session_id, 2)
+        proxy.arm("drop-after-commit", refuse_after=True)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(OutcomeUnknown) as caught:
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m3")), TIMEOUT)
+        elapsed = asyncio.get_running_loop().time() - started
+        assert proxy.events("commit answered") and proxy.events("refusing"), proxy.log
+        assert elapsed < 2 + 10, elapsed
+        message_id = caught.value.write_id
+        assert message_id is not None and len(message_id) == 36
+        message = str(caught.value)
+        assert "unknown" in message and message_id in message and "Repeat the identical call" in message
+        assert await _contents(server_url, session_id) == ["m1", "m2", "m3"]  # it was committed
+
+        await proxy.accept()
+        again = await storage.append(session_id, "r", UserMessage(content="m3"), message_id=message_id)
+        assert again == 3
+        assert await ledger_state(storage, session_id) == LedgerState(3, [1, 2, 3])
+        # The id is the message's: used for another session it is refused.
+        with pytest.raises(ValueError, match="message_id"):
+            await storage.append(f"{session_id}-other", "r", UserMessage(content="x"), message_id=message_id)
+        assert await storage.get_session(f"{session_id}-other") is None
+    finally:
+        await storage.close()
+
+
+async def test_repeating_an_append_with_its_message_id_writes_nothing(
+    server_url: URL, session_id: str
+) -> None:
+    async with LedgerSessionStorage(server_url) as storage:
+        message_id = str(uuid.uuid4())
+        assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
+        assert await storage.append(session_id, "r", UserMessage(content="b")) == 2
+        assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
+        assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
+        assert await storage.append(session_id, "r", UserMessage(content="c")) == 3
+
+
+async def test_connection_lost_before_commit_is_retried(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url)
+    try:
+        await _fill(storage, session_id, 2)
+        marker = f"never-sent-{uuid.uuid4().hex}"
+        proxy.arm("drop-before", marker.encode())
+        sequence = await asyncio.wait_for(
+            storage.append(session_id, "r", UserMessage(content=marker)), TIMEOUT
+        )
+        assert proxy.events("dropped before"), proxy.log
+        assert sequence == 3
+        assert storage.ledger.retries >= 1
+        assert await _contents(server_url, session_id) == ["m1", "m2", marker]
+    finally:
+        await storage.close()
+
+
+async def test_pooled_connection_dropped_by_the_server_is_retried_without_pre_ping(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url, pool_size=2, max_overflow=0)
+    try:
+        assert storage.ledger.engine.pool._pre_ping is False  # type: ignore[attr-defined]
+        await _fill(storage, session_id, 2)
+        proxy.sever()  # every pooled connection is dead now; the pool does not know
+        assert (
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m3")), TIMEOUT) == 3
+        )
+        proxy.sever()
+        view = await asyncio.wait_for(storage.load(session_id), TIMEOUT)
+        assert [record.sequence for record in view.raw_tail] == [1, 2, 3]
+        assert storage.ledger.retries >= 2
+    finally:
+        await storage.close()
+
+
+async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url, retry_timeout=1.5)
+    try:
+        await _fill(storage, session_id, 1)
+        proxy.refuse()
+        proxy.sever()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StorageUnavailable) as caught:
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m2")), TIMEOUT)
+        assert asyncio.get_running_loop().time() - started < 1.5 + 10
+        assert not isinstance(caught.value, OutcomeUnknown)
+        assert "retry budget" in str(caught.value) and "nothing from this call was committed" in str(
+            caught.value
+        )
+
+    finally:
+        await storage.close()
+
+    # Back within the budget: the call recovers instead of failing.
+    patient = LedgerSessionStorage(proxy.url(server_url), retry_timeout=TIMEOUT)
+    try:
+        load = asyncio.create_task(patient.load(session_id))
+        await asyncio.sleep(0.5)
+        assert not load.done()
+        await proxy.accept()
+        view = await asyncio.wait_for(load, TIMEOUT)
+        assert [record.sequence for record in view.raw_tail] == [1]
+        assert patient.ledger.retries >= 1
+    finally:
+        await patient.close()
+
+
+async def test_write_without_lookup_lost_in_its_commit_raises_outcome_unknown(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    storage = await _store(proxy, server_url)
+    try:
+        await storage.create_session(session_id=session_id, title="before")
+        proxy.arm("drop-after-commit")
+        with pytest.raises(OutcomeUnknown) as caught:
+            await asyncio.wait_for(storage.update_session(session_id, title="after"), TIMEOUT)
+        assert caught.value.write_id is None
+        assert "unknown" in str(caught.value)
+        summary = await storage.get_session(session_id)
+        assert summary is not None and summary.title == "after"  # it was applied
+    finally:
+        await storage.close()
+
+
+#: The statements of one append, per backend: exactly-once adds none.
+APPEND_STATEMENTS = {
+    "postgresql": ["WITH"],  # one statement: the counter upsert feeding the insert
+    "mysql": ["INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
+    "sqlite": ["BEGIN IMMEDIATE", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
+}
+
+
+async def test_exactly_once_costs_the_append_no_statement(database: Database, session_id: str) -> None:
+    async with LedgerSessionStorage(database.url) as storage:
+        await storage.append(session_id, "r", UserMessage(content="warm"))
+        sent: list[str] = []
+
+        @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
+        def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            sent.append(statement)
+
+        assert await storage.append(session_id, "r", UserMessage(content="counted")) == 2
+        expected = APPEND_STATEMENTS[database.backend]
+        assert len(sent) == len(expected), sent
+        assert all(
+            statement.lstrip().startswith(start) for statement, start in zip(sent, expected, strict=True)
+        )
