@@ -16,7 +16,8 @@ from alembic.config import Config
 from rich.console import Console
 from zett_agent.messages import UserMessage
 
-from chatledger import cli, migrate
+from chatledger import migrate
+from chatledger.tools import cli
 from chatledger.zett import LedgerSessionStorage
 
 #: What each worker does once the barrier lets them all go.

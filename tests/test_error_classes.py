@@ -76,12 +76,14 @@ async def test_stale_cached_statement_after_an_online_migration_is_retried(
 ) -> None:
     async with (
         migrated_database(shared_server(servers, "postgresql")) as url,
-        LedgerSessionStorage(url, pool_size=1, max_overflow=0) as storage,
+        # No load cache: the second load must run the tail query again.
+        LedgerSessionStorage(url, pool_size=1, max_overflow=0, load_cache_messages=0) as storage,
     ):
         await storage.append(session_id, "r", ToolMessage(tool_call_id="c1", name="search", content="found"))
         assert len((await storage.load(session_id)).raw_tail) == 1  # prepares and caches the tail query
-        # An online migration from another connection changes a column's result type.
-        await _admin(url, "ALTER TABLE raw_messages ALTER COLUMN tool_name TYPE varchar(300)")
+        # An online migration from another connection changes the result type of a
+        # column the tail query reads.
+        await _admin(url, "ALTER TABLE raw_messages ALTER COLUMN request_id TYPE varchar(300)")
         view = await storage.load(session_id)  # the same pooled connection, its statement stale
         assert [record.message.content for record in view.raw_tail] == ["found"]
         assert storage.ledger.retries == 1

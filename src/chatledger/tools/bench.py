@@ -789,7 +789,7 @@ async def bench_backend(
         #: Further stores the measurements open, closed at the end.
         opened: list[Store] = []
         floor = Floor(databases.floor)
-        variant = open_store("chatledger", databases.ledger, **rules.variant[1])
+        variant = open_store("chatledger", databases.ledger, dict(rules.variant[1]))
         try:
             stores = {kind: open_store(kind, getattr(databases, "ledger" if kind == "chatledger" else kind))
                       for kind in STORES}  # fmt: skip
