@@ -23,8 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
-import chatledger.rein.store
-import chatledger.zett.storage
+import chatledger.clock
 from chatledger import SessionDeleted, SnapshotConflict, VersionConflict
 from chatledger.engine import Ledger
 from chatledger.rein import LedgerSessionStore
@@ -99,8 +98,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[timedelta], Non
         def behind() -> datetime:
             return real(UTC) - lag
 
-        monkeypatch.setattr(chatledger.zett.storage, "_now", behind)
-        monkeypatch.setattr(chatledger.rein.store, "_now", behind)
+        monkeypatch.setattr(chatledger.clock, "utc_now", behind)
 
     yield set_lag
 

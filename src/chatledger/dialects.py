@@ -344,9 +344,6 @@ class DialectRules:
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Execution options of a write transaction.
     write: dict[str, Any] = field(default_factory=dict)
-    #: Execution options of a write transaction that must hold the write lock from its
-    #: start, whatever its first statement (the schema upgrade).
-    locked_write: dict[str, Any] = field(default_factory=dict)
     #: ``create_async_engine`` options of this backend.
     engine_options: dict[str, Any] = field(default_factory=dict)
     #: Driver ``connect()`` arguments from the store's options (sent with the login).
@@ -496,7 +493,6 @@ RULES: dict[str, DialectRules] = {
         # everything it reads is current and two writers never deadlock upgrading a
         # read lock.
         write={"chatledger_sqlite_begin": "IMMEDIATE"},
-        locked_write={"chatledger_sqlite_begin": "IMMEDIATE"},
         session_setup=_sqlite_session_setup,
         explicit_begin=True,
         server=False,

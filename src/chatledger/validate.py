@@ -221,3 +221,12 @@ def within_statement_limit(size: int, limit: int, field: str) -> None:
             f"is {limit} bytes. Nothing was written; store large payloads elsewhere and keep a "
             "reference in the message."
         )
+
+
+def page(limit: object, offset: object) -> tuple[int, int]:
+    """A listing's page: ``limit`` (a positive int) and ``offset`` (an int >= 0).
+
+    Raises:
+        TypeError / ValueError: naming ``limit`` or ``offset``.
+    """
+    return integer(limit, "limit", minimum=1), integer(offset, "offset")

@@ -20,7 +20,7 @@ import asyncio
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -30,7 +30,8 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import validate
+from .. import clock, validate
+from ..dsn import display
 from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
@@ -62,10 +63,6 @@ class ReinSessionInfo:
 
 
 # -- the async core: module functions of the ledger, so that no coroutine keeps the store alive
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 #: A row that holds a session; NULL ``session_json`` is the tombstone of a deleted one.
@@ -100,7 +97,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
     latest = ledger.rules.latest
 
     async def work(conn: AsyncConnection) -> int:
-        now = _now()
+        now = clock.utc_now()
         if expected is None or expected == 0:
             values = {
                 "id": id,
@@ -164,7 +161,7 @@ async def _delete(ledger: Ledger, id: str) -> bool:
                 version=_rein.c.version + 1,
                 session_json=None,
                 write_id=None,
-                updated_at=latest(_rein.c.updated_at, _now()),
+                updated_at=latest(_rein.c.updated_at, clock.utc_now()),
             )
         )
         return bool(tombstoned.rowcount)
@@ -252,7 +249,7 @@ class LedgerSessionStore:
         self._finalizer = weakref.finalize(self, self._runner.stop, self.ledger.close)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.ledger.url.render_as_string(hide_password=True)!r})"
+        return f"{type(self).__name__}({display(self.ledger.url)!r})"
 
     @property
     def url(self) -> URL:
@@ -343,7 +340,7 @@ class LedgerSessionStore:
         Raises:
             ValueError: ``limit`` < 1 or ``offset`` < 0. TypeError: not an ``int``.
         """
-        limit, offset = _page(limit, offset)
+        limit, offset = validate.page(limit, offset)
         return self._runner.call(_list, self.ledger, limit, offset)
 
     # -- async twins --------------------------------------------------------------------
@@ -371,7 +368,7 @@ class LedgerSessionStore:
 
     async def alist_sessions(self, limit: int = 100, offset: int = 0) -> list[ReinSessionInfo]:
         """:meth:`list_sessions` for async code."""
-        limit, offset = _page(limit, offset)
+        limit, offset = validate.page(limit, offset)
         return await self._runner.acall(_list, self.ledger, limit, offset)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -424,7 +421,3 @@ class LedgerSessionStore:
 
 def _id(value: object) -> str:
     return validate.identifier(value, "id")
-
-
-def _page(limit: object, offset: object) -> tuple[int, int]:
-    return validate.integer(limit, "limit", minimum=1), validate.integer(offset, "offset")

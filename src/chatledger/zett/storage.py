@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from types import SimpleNamespace, TracebackType
 from typing import Any
 
@@ -19,7 +18,8 @@ from zett_agent.json_types import JsonValue
 from zett_agent.messages import AnyMessage
 from zett_agent.model import ModelUsage
 
-from .. import validate
+from .. import clock, validate
+from ..dsn import display
 from ..engine import Ledger
 from ..errors import SessionDeleted, SnapshotConflict, VersionConflict
 from ..schema import raw_messages_table as _raw
@@ -70,10 +70,6 @@ _TAIL = (
 )
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _summary(row: Any) -> SessionSummary:
     return SessionSummary(
         session_id=row.id,
@@ -87,10 +83,6 @@ def _summary(row: Any) -> SessionSummary:
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
-
-
-def _page(limit: object, offset: object) -> tuple[int, int]:
-    return validate.integer(limit, "limit", minimum=1), validate.integer(offset, "offset")
 
 
 class LedgerSessionStorage:
@@ -132,7 +124,7 @@ class LedgerSessionStorage:
         self.load_cache = TailCache(capacity) if capacity else None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.ledger.url.render_as_string(hide_password=True)!r})"
+        return f"{type(self).__name__}({display(self.ledger.url)!r})"
 
     @property
     def url(self) -> URL:
@@ -277,7 +269,7 @@ class LedgerSessionStorage:
                 set to the error's ``write_id``.
             StorageUnavailable, ConfigurationError: see :meth:`chatledger.engine.Ledger.write`.
         """
-        now = _now()
+        now = clock.utc_now()
         session_values: dict[str, Any] = {
             "id": validate.identifier(session_id, "session_id"),
             "parent_session_id": validate.optional_identifier(parent_session_id, "parent_session_id"),
@@ -378,7 +370,7 @@ class LedgerSessionStorage:
         boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = validate.version(expected_version)
         await self.ledger.check_statement_size("compacted_message", message_json)
-        now = _now()
+        now = clock.utc_now()
         # Fixed before the first attempt: a checkpoint whose COMMIT answer was lost is
         # looked up by it (see Ledger.write's settle).
         snapshot_id = new_uuid7()
@@ -484,7 +476,7 @@ class LedgerSessionStorage:
         Raises:
             ValueError: invalid fields, or a session with this id exists (and is not deleted).
         """
-        now = _now()
+        now = clock.utc_now()
         fields: dict[str, Any] = {
             "parent_session_id": validate.optional_identifier(parent_session_id, "parent_session_id"),
             "title": validate.title(title),
@@ -585,7 +577,7 @@ class LedgerSessionStorage:
                 statement.values(
                     **changes,
                     fields_version=_sessions.c.fields_version + 1,
-                    updated_at=latest(_sessions.c.updated_at, _now()),
+                    updated_at=latest(_sessions.c.updated_at, clock.utc_now()),
                 )
             )
             row = (
@@ -631,7 +623,7 @@ class LedgerSessionStorage:
         latest = self.ledger.rules.latest
 
         async def work(conn: AsyncConnection) -> bool:
-            now = _now()
+            now = clock.utc_now()
             # The counter row first: it locks out concurrent appenders, which then find
             # the tombstone.
             tombstoned = await conn.execute(
@@ -669,7 +661,7 @@ class LedgerSessionStorage:
         Reads only session rows, through the activity index: the counter row holds
         the message count, so no raw message is scanned. Deleted sessions are left out.
         """
-        limit, offset = _page(limit, offset)
+        limit, offset = validate.page(limit, offset)
         codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
         statement = (
             select(_sessions).where(_live).order_by(_sessions.c.updated_at.desc(), _sessions.c.id.desc())
@@ -704,7 +696,7 @@ class LedgerSessionStorage:
         session_id = validate.identifier(session_id, "session_id")
         after = validate.integer(after_sequence, "after_sequence")
         through = validate.optional_integer(through_sequence, "through_sequence", minimum=1)
-        limit, offset = _page(limit, offset)
+        limit, offset = validate.page(limit, offset)
         statement = select(*codec.RECORD_COLUMNS).where(
             _raw.c.session_id == session_id, _raw.c.sequence > after
         )
