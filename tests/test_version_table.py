@@ -186,3 +186,19 @@ async def test_application_revision_named_like_chatledgers_is_not_taken(fresh_ur
     assert await upgrade_database(fresh_url) == head_revision()
     assert await on_connection(fresh_url, legacy_rows) == [LEGACY]
     assert await database_state(fresh_url) == HEAD_STATE
+
+
+async def test_move_cut_short_leaves_an_empty_version_table_that_counts_as_absent(
+    fresh_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a move killed (or refused with a lock wait) after its CREATE TABLE leaves on
+    # MySQL/MariaDB, where that DDL commits on its own: the new table empty, the
+    # revision still in alembic_version.
+    await make_legacy(fresh_url)
+    await execute(fresh_url, f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL)")
+    assert await database_state(fresh_url) == SchemaState(LEGACY, "0001", legacy=True)
+
+    assert await run(["upgrade", "--dsn", dsn_of(fresh_url)]) == 0, capsys.readouterr()
+    assert await database_state(fresh_url) == HEAD_STATE
+    assert await on_connection(fresh_url, table_names) == SCHEMA_TABLES | BOOKKEEPING
+    await assert_kept(fresh_url)
