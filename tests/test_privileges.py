@@ -257,3 +257,20 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
 
         with pytest.raises(ConfigurationError, match=r"(?i)denied|must be owner"):
             await storage.ledger.write(drop_table)
+
+
+async def test_runtime_role_without_select_on_the_bookkeeping_tables_is_told_the_grants(
+    deployment: Deployment,
+) -> None:
+    # Grants given once, before an upgrade created the bookkeeping tables, leave the
+    # runtime role unable to read the revision. PostgreSQL only: MySQL/MariaDB hide a
+    # table the user has no privilege on, so the revision reads as absent there.
+    if deployment.backend != "postgresql":
+        pytest.skip("MySQL/MariaDB lists no table the user cannot read")
+    await upgrade_database(deployment.owner)
+    user = deployment.runtime.username
+    await _execute(deployment.owner, f"REVOKE ALL ON {VERSION_TABLE}, {COMPATIBILITY_TABLE} FROM {user}")
+    async with LedgerSessionStorage(deployment.runtime, auto_upgrade=False) as storage:
+        with pytest.raises(ConfigurationError) as raised:
+            await storage.append("s-1", "r1", UserMessage(content="one"))
+    assert f"GRANT SELECT ON {VERSION_TABLE}, {COMPATIBILITY_TABLE} TO {user};" in str(raised.value)

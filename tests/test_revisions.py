@@ -111,3 +111,16 @@ async def test_revision_0001_ddl_is_byte_for_byte_as_recorded(database: Database
     ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
     golden = (GOLDEN / f"ddl_0001_{database.backend}.sql").read_text()
     assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+
+
+def test_a_compatible_from_going_backwards_is_refused(tmp_path: Path) -> None:
+    # An "expand" after the contract revision 0002 that copies 0001's value would let
+    # code of 0001 run on 0002's schema.
+    backwards = revision_file("9001", "pass", compatible_from="0001")
+    location = script_directory(tmp_path, {"9001_expand.py": backwards})
+    with pytest.raises(
+        RuntimeError, match=r"revision 9001: compatible_from '0001' is older than its predecessor"
+    ):
+        revisions(location)
+    keeps = revision_file("9001", "pass", compatible_from=revisions().compatible_from[revisions().head])
+    assert revisions(script_directory(tmp_path / "keeps", {"9001_expand.py": keeps})).head == "9001"

@@ -10,6 +10,7 @@ application's row stays where it is.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +20,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, insert, select, text
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 from zett_agent.messages import UserMessage
 
 from chatledger.migrate import (
@@ -31,6 +34,7 @@ from chatledger.migrate import (
     head_revision,
     revisions,
     upgrade_database,
+    upgrade_schema,
 )
 from chatledger.schema import rein_sessions_table
 from chatledger.tools.cli import run
@@ -186,3 +190,57 @@ async def test_application_revision_named_like_chatledgers_is_not_taken(fresh_ur
     assert await upgrade_database(fresh_url) == head_revision()
     assert await on_connection(fresh_url, legacy_rows) == [LEGACY]
     assert await database_state(fresh_url) == HEAD_STATE
+
+
+async def test_move_cut_short_leaves_an_empty_version_table_that_counts_as_absent(
+    fresh_url: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a move killed (or refused with a lock wait) after its CREATE TABLE leaves on
+    # MySQL/MariaDB, where that DDL commits on its own: the new table empty, the
+    # revision still in alembic_version.
+    await make_legacy(fresh_url)
+    await execute(fresh_url, f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL)")
+    assert await database_state(fresh_url) == SchemaState(LEGACY, "0001", legacy=True)
+
+    assert await run(["upgrade", "--dsn", dsn_of(fresh_url)]) == 0, capsys.readouterr()
+    assert await database_state(fresh_url) == HEAD_STATE
+    assert await on_connection(fresh_url, table_names) == SCHEMA_TABLES | BOOKKEEPING
+    await assert_kept(fresh_url)
+
+
+async def test_revision_check_racing_the_move_reads_again(database: Database, fresh_url: URL) -> None:
+    # PostgreSQL: a process starting while an upgrade moves the revision lists
+    # alembic_version, then waits on the upgrade's lock on it; once the upgrade
+    # commits, the table it was about to read is gone. The check reads again.
+    if database.backend != "postgresql":
+        pytest.skip("the listing and the read share one snapshot on SQLite; MySQL's move commits its DDL")
+    await make_legacy(fresh_url)
+    engine = create_async_engine(fresh_url, poolclass=NullPool)
+
+    async def waiting() -> int:
+        async with engine.connect() as conn:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = :db"
+            return int(await conn.scalar(text(query), {"db": fresh_url.database}) or 0)
+
+    async def until_waiting(count: int) -> None:
+        async with asyncio.timeout(60):
+            # Polls the server's view of its sessions: nothing in this process to wait on.
+            while True:
+                if await waiting() >= count:
+                    return
+                await asyncio.sleep(0.05)
+
+    try:
+        async with engine.connect() as blocker:
+            await blocker.begin()
+            await blocker.execute(text("SELECT count(*) FROM agent_sessions"))  # holds 0002's ALTER
+            upgrade = asyncio.create_task(upgrade_schema(fresh_url, lock_timeout=60))
+            await until_waiting(1)  # alembic_version dropped, waiting at the ALTER
+            async with LedgerSessionStorage(fresh_url, auto_upgrade=False) as storage:
+                call = asyncio.create_task(storage.append("s-1", "r1", UserMessage(content="hi")))
+                await until_waiting(2)  # the check waits on alembic_version
+                await blocker.rollback()
+                assert await upgrade == HEAD_STATE
+                assert await call == 1
+    finally:
+        await engine.dispose()

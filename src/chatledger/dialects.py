@@ -339,6 +339,10 @@ class DialectRules:
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
     #: Driver error codes of a statement or value larger than the server accepts.
     too_large_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a table that does not exist (any more): a migration
+    #: dropped it between the listing of the tables and the read. None on SQLite,
+    #: whose read transaction lists and reads from one snapshot.
+    missing_table_codes: frozenset[str | int] = frozenset()
     #: Execution options of a snapshot-consistent read transaction: its isolation is
     #: stated here, never inherited from the server's default.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
@@ -395,12 +399,17 @@ _PRIVILEGE_HINT_POSTGRESQL = (
     "the role {user} lacks a privilege the runtime role needs; grant it as the database owner "
     '(README, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
     "GRANT USAGE ON SCHEMA public TO {user}; "
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user};"
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user}; "
+    "the tables an upgrade creates need it too, chatledger's bookkeeping included: "
+    "GRANT SELECT ON chatledger_alembic_version, chatledger_compatibility TO {user};"
 )
 _PRIVILEGE_HINT_MYSQL = (
     "the user {user} lacks a privilege the runtime role needs; grant it as an admin "
     '(README, "Two roles: owner and runtime"): '
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%';"
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%'; "
+    "with grants per table, chatledger's bookkeeping tables need it too: "
+    "GRANT SELECT ON `{database}`.chatledger_alembic_version TO '{user}'@'%'; "
+    "GRANT SELECT ON `{database}`.chatledger_compatibility TO '{user}'@'%';"
 )
 _DATABASE_HINT = (
     'the database {database} does not exist: create it (README, "Deploying: migrations") '
@@ -444,6 +453,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="postgres",
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
+        missing_table_codes=frozenset({"42P01"}),  # undefined_table
     ),
     "mysql": DialectRules(
         append_message=_append_mysql,
@@ -480,6 +490,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="mysql",
         # ER_NET_PACKET_TOO_LARGE
         too_large_codes=frozenset({1153}),
+        missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
     ),
     "sqlite": DialectRules(
         append_message=_append_sqlite,
@@ -566,6 +577,11 @@ def classify(dialect_name: str, error: DBAPIError) -> Failure:
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
         return Failure.CONNECTION
     return Failure.OTHER
+
+
+def missing_table(dialect_name: str, error: DBAPIError) -> bool:
+    """Whether ``error`` is of a table that does not exist (any more)."""
+    return error_code(error) in rules(dialect_name).missing_table_codes
 
 
 def configuration_hint(dialect_name: str, error: DBAPIError, url: URL) -> str:

@@ -195,7 +195,7 @@ class Ledger:
         async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             if self._ready:
                 return
-            state = await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
+            state = await self._read_state()
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
@@ -224,6 +224,24 @@ class Ledger:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
             self._ready = True
+
+    async def _read_state(self) -> migrate.SchemaState:
+        """The schema state, read once more when a table vanished between the listing of
+        the tables and the read: an upgrade moving the revision to chatledger's own
+        table dropped ``alembic_version`` meanwhile."""
+        for attempt in range(2):
+            try:
+                return await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
+            except DBAPIError as error:
+                if not dialects.missing_table(self.dialect, error):
+                    raise
+                if attempt:
+                    raise SchemaNotReady(
+                        f"the revision of database {display(self.url)} could not be read: a table "
+                        "vanished while it was read, twice (a migration under way?); try again once "
+                        f"the upgrade is done. The server said: {error.orig}"
+                    ) from error
+        raise AssertionError("unreachable")
 
     async def check_statement_size(self, field: str, *texts: str) -> None:
         """Refuse a row whose long text values the server would not take in one statement.

@@ -17,7 +17,8 @@ Conventions every revision file in ``migrations/versions/`` follows (checked by
   writing correctly: a new nullable column, a new index, a new table) keeps its
   predecessor's value; a *contract* revision (anything older code would get wrong)
   names itself, or the head of an earlier release whose code already copes with the
-  change. The template's default is the revision itself, the safe choice.
+  change. The template's default is the revision itself, the safe choice. It never
+  goes backwards: no revision names an older one than its predecessor's.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def revisions(location: str | Path | None = None) -> Revisions:
 
     Raises:
         RuntimeError: no revision, a branch or merge, or a revision without a valid
-            ``compatible_from`` (a string naming itself or an earlier revision).
+            ``compatible_from`` (a string naming itself or an earlier revision, and not
+            older than its predecessor's).
     """
     return _revisions(str(location or script_location()))
 
@@ -123,6 +125,14 @@ def _revisions(location: str) -> Revisions:
             raise RuntimeError(
                 f"revision {revision}: compatible_from {compatible[revision]!r} is neither itself nor "
                 "an earlier revision"
+            )
+        # Code that could not run on the predecessor's schema cannot run on a schema
+        # built on it either: a revision never serves older code than its predecessor.
+        if position and chain.index(compatible[revision]) < chain.index(compatible[chain[position - 1]]):
+            raise RuntimeError(
+                f"revision {revision}: compatible_from {compatible[revision]!r} is older than its "
+                f"predecessor {chain[position - 1]}'s {compatible[chain[position - 1]]!r}; "
+                "compatible_from never goes backwards (an expand revision keeps its predecessor's)"
             )
     return Revisions(location, tuple(chain), compatible)
 

@@ -6,7 +6,8 @@ chatledger keeps its revision in a version table of its own, :data:`VERSION_TABL
 :data:`COMPATIBILITY_TABLE`, which code that does not ship the revision can read:
 the expand/contract rule of rolling deploys (see :func:`standing`). A revision an
 older chatledger recorded in ``alembic_version`` is read from there and moved over on
-the next upgrade (:func:`adopt_legacy_revision`).
+the next upgrade (:func:`adopt_legacy_revision`); so is one beside an empty
+:data:`VERSION_TABLE`, what a move cut short leaves on MySQL/MariaDB.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ class SchemaState:
 def read_state(connection: Connection, location: str | Path | None = None) -> SchemaState:
     """Read chatledger's revision and the recorded ``compatible_from``; writes nothing."""
     tables = set(inspect(connection).get_table_names())
-    if VERSION_TABLE in tables:
-        revision = _one_revision(connection, _versions)
-    else:
+    revision = _one_revision(connection, _versions) if VERSION_TABLE in tables else None
+    if revision is None:
+        # An empty version table counts as absent: on MySQL/MariaDB the move's CREATE
+        # TABLE commits on its own, so a move cut short leaves it empty beside the
+        # legacy row, and the next upgrade moves that row again.
         legacy = _legacy_revision(connection, tables, revisions(location))
         if legacy is not None:
             return SchemaState(legacy, revisions(location).compatible_from[legacy], legacy=True)
-        revision = None
     compatible = None
     if revision is not None and COMPATIBILITY_TABLE in tables:
         row = connection.execute(select(_compatibility.c.revision, _compatibility.c.compatible_from)).first()
@@ -110,9 +112,10 @@ def adopt_legacy_revision(connection: Connection, script: ScriptDirectory) -> st
     """Move chatledger's revision from ``alembic_version`` into :data:`VERSION_TABLE`
     (only a row naming a revision chatledger ships; ``alembic_version`` is dropped only
     when that leaves it empty). Runs in the migration's transaction, under the schema
-    lock; returns the revision moved, if any."""
+    lock; returns the revision moved, if any. An empty :data:`VERSION_TABLE` (a move
+    cut short on MySQL/MariaDB, whose CREATE TABLE commits implicitly) counts as absent."""
     tables = set(inspect(connection).get_table_names())
-    if VERSION_TABLE in tables:
+    if VERSION_TABLE in tables and _one_revision(connection, _versions) is not None:
         return None
     known = revisions(script.dir)
     revision = _legacy_revision(connection, tables, known)
