@@ -2,8 +2,9 @@
 
 From the benchmark issue: load reads the raw-log tail by sequence
 (``ux_raw_session_sequence``: ``WHERE session_id = ? AND sequence > ? ORDER BY
-sequence``) and list_sessions reads sessions by activity (``ix_agent_sessions_activity``:
-``ORDER BY updated_at DESC, id DESC LIMIT ?``). Each test captures the very statement
+sequence``) and list_sessions reads live sessions by activity (``ix_agent_sessions_activity``:
+``WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC LIMIT ?``, past
+thousands of newer tombstones). Each test captures the very statement
 (SQL text and parameters) the storage sends while it runs ``load`` or
 ``list_sessions``, then has the server EXPLAIN it: the plan must read through that
 index and must not sort (PostgreSQL: no Sort node; MySQL/MariaDB: no filesort;
@@ -176,13 +177,21 @@ async def test_list_sessions_reads_a_page_through_the_activity_index(
     storage: LedgerSessionStorage, backend: str
 ) -> None:
     seeder = Seeder("chatledger", storage.ledger.engine, datetime.now(UTC) - timedelta(days=2))
-    await seeder.many_sessions(0, SESSIONS, prefix=f"explain-list-{uuid.uuid4().hex[:12]}")
+    prefix = f"explain-list-{uuid.uuid4().hex[:12]}"
+    await seeder.many_sessions(0, SESSIONS, prefix=prefix)
+    # The newer half deleted: tombstones the page must not read past (a delete keeps the
+    # counter row and moves its activity to now).
+    async with storage.ledger.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE agent_sessions SET deleted_at = updated_at WHERE id >= :first AND id LIKE :prefix"),
+            {"first": f"{prefix}-{SESSIONS // 2:07d}", "prefix": f"{prefix}-%"},
+        )
     await seeder.analyze(ANALYZE[backend])
 
     with captured(storage.ledger.engine) as statements:
         page = await storage.list_sessions(limit=PAGE)
     assert len(page) == PAGE
-    sql, parameters = _one(statements, "FROM agent_sessions", "ORDER BY agent_sessions.updated_at DESC")
+    sql, parameters = _one(statements, "FROM agent_sessions", "agent_sessions.updated_at DESC")
 
     plan = await _explain(storage, backend, sql, parameters)
     assert "ix_agent_sessions_activity" in plan.indexes, plan.text

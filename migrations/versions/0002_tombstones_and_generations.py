@@ -48,9 +48,15 @@ def upgrade() -> None:
     with op.batch_alter_table("rein_sessions") as batch:
         batch.alter_column("session_json", existing_type=LONG_TEXT, nullable=True)
         batch.add_column(sa.Column("write_id", sa.String(length=36), nullable=True))
+    # list_sessions reads live sessions only (deleted_at IS NULL), newest first: with the
+    # tombstone column leading, the page is an index range, however many tombstones.
+    op.drop_index("ix_agent_sessions_activity", table_name="agent_sessions")
+    op.create_index("ix_agent_sessions_activity", "agent_sessions", ["deleted_at", "updated_at", "id"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_agent_sessions_activity", table_name="agent_sessions")
+    op.create_index("ix_agent_sessions_activity", "agent_sessions", ["updated_at", "id"])
     # Revision 0001 has no tombstones: a deleted session is no row at all.
     op.execute("DELETE FROM agent_sessions WHERE deleted_at IS NOT NULL")
     op.execute("DELETE FROM rein_sessions WHERE session_json IS NULL")

@@ -70,8 +70,9 @@ sessions_table = Table(
     # When the session was deleted (UTC); NULL while it lives. See the module docstring.
     Column("deleted_at", UTCDateTime, nullable=True),
     Column("base_sequence", BigInt, nullable=False, server_default="0"),
-    # list_sessions: newest activity first, ties broken by id.
-    Index("ix_agent_sessions_activity", "updated_at", "id"),
+    # list_sessions: live sessions (deleted_at IS NULL) newest activity first, ties broken
+    # by id; the tombstone column leads, so tombstones are never read past.
+    Index("ix_agent_sessions_activity", "deleted_at", "updated_at", "id"),
     CheckConstraint("last_sequence >= compacted_through_sequence", name="boundary_within_log"),
     **MYSQL_TABLE_ARGS,
 )

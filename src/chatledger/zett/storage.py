@@ -663,8 +663,13 @@ class LedgerSessionStorage:
         """
         limit, offset = validate.page(limit, offset)
         codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
+        # deleted_at is NULL in every row read: ordering by it too changes nothing but the
+        # plan (see DialectRules.order_live_by_tombstone).
+        tombstone = (_sessions.c.deleted_at.desc(),) if self.ledger.rules.order_live_by_tombstone else ()
         statement = (
-            select(_sessions).where(_live).order_by(_sessions.c.updated_at.desc(), _sessions.c.id.desc())
+            select(_sessions)
+            .where(_live)
+            .order_by(*tombstone, _sessions.c.updated_at.desc(), _sessions.c.id.desc())
         )
         if codes is not None:
             statement = statement.where(_sessions.c.session_type.in_(codes))
