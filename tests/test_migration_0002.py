@@ -25,9 +25,8 @@ from chatledger.rein import LedgerSessionStore
 from chatledger.schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from chatledger.zett import LedgerSessionStorage, codec
 
-from .backends import fresh_name
 from .conftest import Database
-from .test_migrations import drift, on_connection
+from .schema_helpers import drift, fresh_database, on_connection
 
 REVISION = "0002"
 NEW_COLUMNS = {"agent_sessions": {"deleted_at", "base_sequence"}, "rein_sessions": {"write_id"}}
@@ -36,15 +35,8 @@ NEW_COLUMNS = {"agent_sessions": {"deleted_at", "base_sequence"}, "rein_sessions
 @pytest.fixture
 async def fresh_url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
     """An empty, unmigrated database of the test's backend, dropped afterwards."""
-    if database.server is None:
-        yield URL.create("sqlite+aiosqlite", database=str(tmp_path / "fresh.sqlite3"))
-        return
-    name = fresh_name("chatledger_mig")
-    url = await database.server.create_database(name)
-    try:
+    async with fresh_database(database, tmp_path) as url:
         yield url
-    finally:
-        await database.server.drop_database(name)
 
 
 def columns(connection: Connection) -> dict[str, set[str]]:

@@ -9,78 +9,42 @@ server, dropped afterwards, or a new SQLite file.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
-from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
 from chatledger import SchemaNotReady
 from chatledger.migrate import (
-    COMPATIBILITY_TABLE,
     VERSION_TABLE,
-    context_options,
     database_revision,
     downgrade_database,
     head_revision,
     run_on_connection,
     upgrade_database,
 )
-from chatledger.schema import metadata
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import fresh_name
 from .conftest import Database
-
-REPO_ROOT = Path(__file__).parents[1]
-ALEMBIC = Path(sys.executable).parent / "alembic"
-SCHEMA_TABLES = set(metadata.tables)
-#: chatledger's revision (a downgrade to base leaves the table, empty) and the
-#: compatibility record (dropped at base).
-BOOKKEEPING = {VERSION_TABLE, COMPATIBILITY_TABLE}
+from .schema_helpers import (
+    ALEMBIC,
+    BOOKKEEPING,
+    SCHEMA_TABLES,
+    drift,
+    fresh_database,
+    on_connection,
+    run_alembic,
+    table_names,
+)
 
 
 @pytest.fixture
 async def fresh_url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
     """An empty, unmigrated database of the test's backend, dropped afterwards."""
-    if database.server is None:
-        yield URL.create("sqlite+aiosqlite", database=str(tmp_path / "fresh.sqlite3"))
-        return
-    name = fresh_name("chatledger_mig")
-    url = await database.server.create_database(name)
-    try:
+    async with fresh_database(database, tmp_path) as url:
         yield url
-    finally:
-        await database.server.drop_database(name)
-
-
-async def on_connection(url: URL, work: Any) -> Any:
-    """Run a synchronous inspection ``work(connection)`` on a throwaway engine."""
-    engine = create_async_engine(url, poolclass=NullPool)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(work)
-    finally:
-        await engine.dispose()
-
-
-def drift(connection: Connection) -> list[Any]:
-    """What ``alembic check`` compares: the database against the schema's metadata."""
-    context = MigrationContext.configure(connection, opts=context_options(metadata))
-    return list(compare_metadata(context, metadata))
-
-
-def table_names(connection: Connection) -> set[str]:
-    return set(inspect(connection).get_table_names())
 
 
 async def test_upgrade_head_has_no_drift(fresh_url: URL) -> None:
@@ -169,23 +133,6 @@ async def test_fresh_sqlite_file_upgrades_itself(tmp_path: Path, session_id: str
     finally:
         for store in stores:
             await store.close()
-
-
-async def run_alembic(url: URL, *arguments: str) -> tuple[int, str]:
-    """The real ``alembic`` console script from the repository root; (exit code, output)."""
-    environment = {key: value for key, value in os.environ.items() if key != "CHATLEDGER_DSN"}
-    process = await asyncio.create_subprocess_exec(
-        str(ALEMBIC),
-        "-x",
-        f"dsn={url.render_as_string(hide_password=False)}",
-        *arguments,
-        cwd=REPO_ROOT,
-        env=environment,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    output, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    return process.returncode or 0, output.decode(errors="replace")
 
 
 async def test_alembic_cli_upgrade_and_check(fresh_url: URL) -> None:
