@@ -196,6 +196,36 @@ async def _bench(args: argparse.Namespace, console: Console) -> int:
     return await run_command(args, console)
 
 
+# -- adopt, export, import, copy, sessions ----------------------------------------------
+
+
+def _configure_adopt(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument("--dry-run", action="store_true", help="check and print the steps; change nothing")
+
+
+async def _adopt(args: argparse.Namespace, console: Console) -> int:
+    from .adopt import adopt
+
+    report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
+    what = f"{report.sessions} sessions, {report.messages} raw messages, {report.checkpoints} checkpoints"
+    if report.dry_run:
+        _say(console, f"{report.database} holds zett-agent's tables ({what}); adopt would:")
+        for step in report.steps:
+            _say(console, f"- {step}")
+        _say(console, "dry run: nothing was changed")
+        return 0
+    resumed = ", continuing an adoption that had stopped" if report.resumed else ""
+    _say(console, f"adopted {report.database}{resumed}: {what}; now at revision {report.revision}")
+    _say(console, f"see them with: chatledger sessions list --dsn {_dsn_hint(args.dsn)}")
+    return 0
+
+
+def _dsn_hint(dsn: str | None) -> str:
+    """A DSN for a follow-up command line, password masked."""
+    return display(resolve_dsn(dsn)) if dsn else "DSN"
+
+
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -221,6 +251,12 @@ COMMANDS: tuple[Command, ...] = (
         "benchmark chatledger against zett-agent's SQL store and a bare INSERT (needs the dev extra)",
         _configure_bench,
         _bench,
+    ),
+    Command(
+        "adopt",
+        "convert zett-agent's own tables in the database to chatledger's schema, in place",
+        _configure_adopt,
+        _adopt,
     ),
 )
 
