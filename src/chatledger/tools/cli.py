@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from rich.console import Console
@@ -226,6 +227,89 @@ def _dsn_hint(dsn: str | None) -> str:
     return display(resolve_dsn(dsn)) if dsn else "DSN"
 
 
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="export only this session (repeatable)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write here (gzip-compressed when it ends in .gz); default: stdout",
+    )
+
+
+async def _export(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import export, open_output
+
+    # The data may go to stdout: progress and messages go to stderr then.
+    messages = console if args.output not in (None, "-") else Console(stderr=True, highlight=False)
+    output = open_output(args.output)
+    try:
+        counts = await export(args.dsn, output, ids=args.session, console=messages)
+    finally:
+        if output is not sys.stdout:
+            output.close()
+    _say(
+        messages,
+        f"exported {counts.sessions} zett sessions ({counts.messages} messages, {counts.snapshots} "
+        f"checkpoints) and {counts.rein_sessions} rein sessions to {args.output or 'stdout'}",
+    )
+    return 0
+
+
+def _configure_import(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "file", metavar="FILE", help="an export of chatledger export (.gz too); - reads stdin"
+    )
+
+
+def _import_summary(console: Console, report: Any) -> int:
+    _say(
+        console,
+        f"imported {report.imported} sessions ({report.messages} messages, {report.snapshots} checkpoints) "
+        f"into {report.target}; {report.identical} already there and identical, skipped",
+    )
+    if report.differing or report.failed:
+        _say(
+            console,
+            f"{report.differing} differ from the database's and {report.failed} were refused; see above",
+        )
+    if not report.complete:
+        _say(console, "the input ended before its end record (truncated?); what it held was imported")
+    return 0 if report.clean else 1
+
+
+async def _import(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import import_file
+
+    report = await import_file(args.dsn, args.file, console=console, say=lambda line: _say(console, line))
+    return _import_summary(console, report)
+
+
+def _configure_copy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="source", required=True, metavar="DSN", help="the database to copy from"
+    )
+    parser.add_argument("--to", dest="target", required=True, metavar="DSN", help="the database to copy into")
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="copy only this session (repeatable)"
+    )
+
+
+async def _copy(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import copy
+
+    # Both DSNs, for run() to mask their passwords in an error message.
+    args.dsn = [args.source, args.target]
+    report = await copy(
+        args.source, args.target, ids=args.session, console=console, say=lambda line: _say(console, line)
+    )
+    return _import_summary(console, report)
+
+
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -258,6 +342,15 @@ COMMANDS: tuple[Command, ...] = (
         _configure_adopt,
         _adopt,
     ),
+    Command("export", "write sessions as JSON lines (docs/export-format.md)", _configure_export, _export),
+    Command(
+        "import",
+        "read an export into the database; sessions it has already are compared, never overwritten "
+        "(exit 1 if any differ)",
+        _configure_import,
+        _import,
+    ),
+    Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
 )
 
 
