@@ -1051,6 +1051,7 @@ async def run_command(args: argparse.Namespace, console: Console) -> int:
     """Run the benchmark from parsed arguments; 0 when every target is met, else 1."""
     sizes = QUICK if args.quick else Sizes()
     report = await run_bench(args.dsn, sizes, console, seed=args.seed)
+    _say(console, "the benchmark dropped every database it created: it leaves no sessions behind")
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         _say(console, f"wrote {args.json}")

@@ -74,7 +74,11 @@ async def _demo(args: argparse.Namespace, console: Console) -> int:
         if error.name != "zett_agent" and not (error.name or "").startswith("zett_agent."):
             raise
         raise ImportError("the demo needs zett-agent: pip install 'chatledger[zett]'") from error
-    await run_demo(args.dsn, console)
+    demo = await run_demo(args.dsn, console)
+    dsn = f" --dsn {_dsn_hint(args.dsn)}" if args.dsn else ""
+    _say(console, f"the demo left its session {demo.session_id} in {demo.database}:")
+    _say(console, f"  see it:    chatledger sessions show {demo.session_id}{dsn}")
+    _say(console, f"  remove it: chatledger sessions delete {demo.session_id}{dsn}")
     return 0
 
 
@@ -160,6 +164,7 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
     for column in ("backend", "appends/s", "acknowledged", "errors", "retries", "gaps", "duplicates", "lost"):
         table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
     clean = True
+    left: list[str] = []
     for dsn in args.dsn or [None]:
         url = resolve_dsn(dsn)
         _say(console, f"stressing {display(url)} ...")
@@ -178,7 +183,15 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
         table.add_row(report.backend, f"{report.appends_per_second:.0f}", *(str(count) for count in counts))
         for sample in report.error_samples:
             _say(console, f"error: {_mask_password(sample, dsn)}")
+        sessions = report.processes + 1 if not args.shared_only else 1
+        target = f" --dsn {_dsn_hint(dsn)}" if dsn else ""
+        left.append(
+            f"{sessions} sessions {report.session_prefix}* left in {display(url)}; remove them with: "
+            f"chatledger sessions purge --prefix {report.session_prefix}{target}"
+        )
     console.print(table)
+    for line in left:
+        _say(console, line)
     return 0 if clean else 1
 
 
@@ -310,6 +323,55 @@ async def _copy(args: argparse.Namespace, console: Console) -> int:
     return _import_summary(console, report)
 
 
+def _configure_sessions(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=help)
+        add_dsn(sub)
+        sub.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+        return sub
+
+    listing = action("list", "the newest sessions, zett's and rein's")
+    listing.add_argument("--limit", type=int, default=20, help="sessions per kind (default: 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
+    show.add_argument("id", metavar="ID")
+    show.add_argument(
+        "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
+    )
+    delete = action("delete", "delete one session with its whole history (asks first)")
+    delete.add_argument("id", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask")
+    purge = action("purge", "delete old sessions in batches (asks first)")
+    purge.add_argument(
+        "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
+    )
+    purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
+    purge.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+
+
+async def _sessions(args: argparse.Namespace, console: Console) -> int:
+    from . import sessions
+
+    kinds = (args.kind,) if args.kind else sessions.KINDS
+    if args.action == "list":
+        listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
+        sessions.print_list(listing, console, as_json=args.json)
+        return 0
+    if args.action == "show":
+        found = await sessions.show(args.dsn, args.id, console, messages=args.messages, kinds=kinds)
+        return 0 if found else 1
+    if args.action == "delete":
+        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
+    age = sessions.parse_age(args.older_than) if args.older_than is not None else None
+    await sessions.purge(
+        args.dsn, console, older_than=age, prefix=args.prefix, dry_run=args.dry_run, yes=args.yes, kinds=kinds
+    )
+    return 0
+
+
 #: Every subcommand, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     Command(
@@ -351,6 +413,7 @@ COMMANDS: tuple[Command, ...] = (
         _import,
     ),
     Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
+    Command("sessions", "list, show, delete and purge stored sessions", _configure_sessions, _sessions),
 )
 
 

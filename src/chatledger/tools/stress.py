@@ -46,6 +46,8 @@ class StressReport:
     duplicates: int
     lost: int
     error_samples: list[str] = field(default_factory=list)
+    #: The run's sessions, left in the database, all have ids starting with this.
+    session_prefix: str = ""
 
     @property
     def appends_per_second(self) -> float:
@@ -174,4 +176,5 @@ async def run_stress(
         duplicates=duplicates,
         lost=lost,
         error_samples=errors[:5],
+        session_prefix=f"stress-{run}-",
     )
