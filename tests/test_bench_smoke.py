@@ -26,6 +26,8 @@ TINY = Sizes(
     page=20,
     processes=2,
     process_appends=4,
+    transfer_sessions=3,
+    transfer_messages=60,
 )
 
 
@@ -48,6 +50,9 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     for run in backend.concurrent["chatledger"].values():
         assert (run.acknowledged, run.errors, run.gaps, run.duplicates, run.lost) == (8, 0, 0, 0, 0)
     assert backend.concurrent["chatledger"]["own sessions"].sessions == 2
+    transfer = backend.transfer
+    assert transfer is not None and (transfer.sessions, transfer.messages) == (3, 180)
+    assert transfer.import_peak_mib >= transfer.baseline_peak_mib > 0 and transfer.file_mib > 0
     assert [target.name for target in backend.targets] == [
         "append_vs_floor",
         "append_vs_zett",
@@ -57,6 +62,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
 
     printed = output.getvalue()
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
+    assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]

@@ -24,6 +24,7 @@ changes only when the meaning of the records does.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import io
@@ -37,7 +38,7 @@ from typing import IO, Any, TextIO, cast
 from rich.console import Console
 from rich.progress import Progress, TaskID
 from sqlalchemy import Table, func, select
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -91,18 +92,22 @@ class RowCodec:
     def __init__(self, table: Table, columns: Sequence[str] | None = None) -> None:
         self.table = table
         self.columns = tuple(columns if columns is not None else (column.name for column in table.c))
-        self.keys = frozenset(self.columns)
-        self._times = frozenset(name for name in self.columns if _python_type(table, name) is datetime)
+        self._times = tuple(name for name in self.columns if _python_type(table, name) is datetime)
         self._checks = tuple(
             (name, _python_type(table, name), bool(table.c[name].nullable)) for name in self.columns
         )
+        #: Patterns of value types (one per column, in order) already found valid: whether
+        #: a row's values fit depends on their types only, and rows repeat a few patterns.
+        self._valid: set[tuple[type, ...]] = set()
 
     def encode(self, row: Mapping[Any, Any]) -> Record:
         """A database row (its ``_mapping``) as the JSON object of a record."""
-        return {
-            name: _instant(row[name]) if name in self._times and row[name] is not None else row[name]
-            for name in self.columns
-        }
+        record = {name: row[name] for name in self.columns}
+        for name in self._times:
+            value = record[name]
+            if value is not None:
+                record[name] = _instant(value)
+        return record
 
     def decode(self, values: object, where: str) -> Record:
         """A record's row as the values to bind, checked column by column.
@@ -111,23 +116,31 @@ class RowCodec:
             FormatError: the row is not an object of exactly the header's columns,
                 or a value has the wrong type (``where`` names the line).
         """
-        if not isinstance(values, dict) or values.keys() != self.keys:
+        try:
+            if not isinstance(values, dict) or len(values) != len(self.columns):
+                raise KeyError
+            pattern = tuple(map(type, map(values.__getitem__, self.columns)))
+        except KeyError:
             raise FormatError(
                 f"{where}: the row must be an object with exactly the columns {list(self.columns)}"
-            )
-        row: Record = dict(values)
-        for name, kind, nullable in self._checks:
-            value = row[name]
-            if value is None:
+            ) from None
+        if pattern not in self._valid:
+            self._check(pattern, where)
+            self._valid.add(pattern)
+        for name in self._times:
+            value = values[name]
+            if value is not None:
+                values[name] = _parse_instant(value, f"{where}: {self.table.name}.{name}")
+        return values
+
+    def _check(self, pattern: tuple[type, ...], where: str) -> None:
+        for (name, kind, nullable), found in zip(self._checks, pattern, strict=True):
+            if found is type(None):
                 if not nullable:
                     raise FormatError(f"{where}: {self.table.name}.{name} cannot be null")
-            elif kind is datetime:
-                row[name] = _parse_instant(value, f"{where}: {self.table.name}.{name}")
-            elif type(value) is not kind:
-                raise FormatError(
-                    f"{where}: {self.table.name}.{name} must be {kind.__name__}, not {type(value).__name__}"
-                )
-        return row
+            elif found is not (str if kind is datetime else kind):
+                wanted = "an RFC 3339 timestamp string" if kind is datetime else kind.__name__
+                raise FormatError(f"{where}: {self.table.name}.{name} must be {wanted}, not {found.__name__}")
 
 
 def _python_type(table: Table, name: str) -> type:
@@ -141,16 +154,50 @@ def _instant(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def _parse_instant(value: object, where: str) -> datetime:
-    if not isinstance(value, str):
-        raise FormatError(f"{where} must be an RFC 3339 timestamp string")
+def _parse_instant(value: str, where: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise FormatError(f"{where} is not an RFC 3339 timestamp: {value!r}") from None
     if parsed.tzinfo is None:
         raise FormatError(f"{where} has no UTC offset: {value!r}")
-    return parsed.astimezone(UTC)
+    return parsed
+
+
+class BulkInsert:
+    """``executemany`` of one table's ``INSERT`` handed straight to the driver.
+
+    The statement is the one SQLAlchemy compiles for the dialect, and each value goes
+    through its column type's own bind processor (chatledger's ``UTCDateTime``, the
+    driver's conversions); what is skipped is SQLAlchemy's per-row parameter
+    handling, which costs as much as the driver itself on a large import.
+    """
+
+    def __init__(self, table: Table, columns: Sequence[str], dialect: Dialect) -> None:
+        compiled = table.insert().compile(dialect=dialect, column_keys=list(columns))
+        self.sql = str(compiled)
+        order = compiled.positiontup
+        if order is None:  # pragma: no cover - every dialect chatledger serves is positional
+            raise RuntimeError(f"{dialect.name} does not bind by position")
+        self._order = tuple(order)
+        self._processors = tuple(
+            (index, processor)
+            for index, name in enumerate(self._order)
+            if (processor := table.c[name].type.dialect_impl(dialect).bind_processor(dialect)) is not None
+        )
+
+    async def execute(self, conn: AsyncConnection, rows: Sequence[Record]) -> None:
+        """Insert ``rows`` (decoded records' rows) in one ``executemany``."""
+        order, processors = self._order, self._processors
+        parameters = []
+        for row in rows:
+            values = [row[name] for name in order]
+            for index, processor in processors:
+                value = values[index]
+                if value is not None:
+                    values[index] = processor(value)
+            parameters.append(tuple(values))
+        await conn.exec_driver_sql(self.sql, parameters)
 
 
 # -- export ---------------------------------------------------------------------------
@@ -463,7 +510,7 @@ class Importer:
         self.tracker = _Tracker(bars)
         self.report = ImportReport(target=display(ledger.url))
         self.codecs: dict[str, RowCodec] = {}
-        self.expected = Counts()
+        self._bulk: BulkInsert | None = None
 
     async def run(self, records: AsyncIterator[Record]) -> ImportReport:
         """Import every record; return the report.
@@ -620,9 +667,15 @@ class Importer:
                 await self._compare_snapshot(conn, session, row)
             return
         session.batch.append(row)
-        session.batch_bytes += sum(len(value) for value in row.values() if isinstance(value, str))
+        # The long texts, roughly: enough to keep one statement well within a server's limit.
+        session.batch_bytes += len(row["message_json"]) + len(row["content"])
         if len(session.batch) >= BATCH_ROWS or session.batch_bytes >= BATCH_BYTES:
             await self._flush(conn, session)
+
+    def _messages_insert(self, conn: AsyncConnection) -> BulkInsert:
+        if self._bulk is None:
+            self._bulk = BulkInsert(raw_messages_table, self.codecs["message"].columns, conn.dialect)
+        return self._bulk
 
     async def _flush(self, conn: AsyncConnection, session: _Session) -> None:
         batch, session.batch, session.batch_bytes = session.batch, [], 0
@@ -631,7 +684,7 @@ class Importer:
         self.tracker.advance(messages=len(batch))
         if session.mode == "insert":
             try:
-                await conn.execute(raw_messages_table.insert(), batch)
+                await self._messages_insert(conn).execute(conn, batch)
             except (IntegrityError, DBAPIError) as error:
                 await self._refused(conn, session, error)
         elif session.mode == "compare":
@@ -759,18 +812,70 @@ def read_records(stream: IO[bytes]) -> Iterator[Record]:
     """
     head = stream.peek(2)[:2] if isinstance(stream, io.BufferedReader) else b""
     binary = cast(IO[bytes], gzip.GzipFile(fileobj=stream)) if head == b"\x1f\x8b" else stream
-    for number, line in enumerate(binary, start=1):
-        if not line.strip():
-            continue  # a blank line (an editor's last newline) carries nothing
-        try:
-            yield json.loads(line)
-        except ValueError as error:
-            raise FormatError(f"line {number}: not JSON: {error}") from None
+    lines = io.TextIOWrapper(binary, encoding="utf-8", newline="\n")
+    number = 0
+    try:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue  # a blank line (an editor's last newline) carries nothing
+            try:
+                yield json.loads(line)
+            except ValueError as error:
+                raise FormatError(f"line {number}: not JSON: {error}") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"line {number + 1}: not UTF-8 text") from None
+    finally:
+        lines.detach()  # the caller closes the stream (standard input must stay open)
 
 
 async def _async(records: Iterable[Record]) -> AsyncIterator[Record]:
     for record in records:
         yield record
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+#: Records per chunk handed from the reading task to the import.
+CHUNK = 500
+
+
+async def prefetched(records: AsyncIterator[Record], chunks: int = 2) -> AsyncIterator[Record]:
+    """``records``, read ahead in a task of their own, up to ``chunks`` chunks of
+    :data:`CHUNK`: while the import waits for the database to insert a batch, the
+    next records are read and parsed (for a copy: fetched from the source). Memory
+    stays bounded."""
+    queue: asyncio.Queue[list[Record] | _Failed | None] = asyncio.Queue(maxsize=chunks)
+
+    async def produce() -> None:
+        try:
+            chunk: list[Record] = []
+            async for record in records:
+                chunk.append(record)
+                if len(chunk) == CHUNK:
+                    await queue.put(chunk)
+                    chunk = []
+            await queue.put(chunk)
+            await queue.put(None)
+        except Exception as error:
+            await queue.put(_Failed(error))
+
+    task = asyncio.create_task(produce())
+    try:
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            for record in item:
+                yield record
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def open_output(path: str | None) -> TextIO:
@@ -793,7 +898,8 @@ async def import_file(
             # A blocking open is fine: the command reads this one file, nothing else runs meanwhile.
             stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))  # noqa: ASYNC230
             stack.enter_context(bars or _nothing())
-            return await Importer(ledger, say=say, bars=bars).run(_async(read_records(stream)))
+            records = prefetched(_async(read_records(stream)))
+            return await Importer(ledger, say=say, bars=bars).run(records)
     finally:
         await ledger.close()
 
@@ -819,7 +925,8 @@ async def copy(
             conn = await conn.execution_options(**reader.rules.snapshot_read)
             async with conn.begin():
                 with bars or _nothing():
-                    return await Importer(writer, say=say, bars=bars).run(export_records(conn, ids))
+                    records = prefetched(export_records(conn, ids))
+                    return await Importer(writer, say=say, bars=bars).run(records)
     finally:
         await reader.close()
         await writer.close()
