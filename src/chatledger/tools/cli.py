@@ -1,4 +1,5 @@
-"""The ``chatledger`` command: the demo and the schema commands.
+"""The ``chatledger`` command: the demo, the schema commands, adopting zett-agent's
+database, moving sessions (export, import, copy) and looking at them (sessions).
 
 Every subcommand is one :class:`Command` in :data:`COMMANDS` (name, help, its
 arguments, and an async ``run`` returning the exit status), so a new one is one
@@ -9,9 +10,12 @@ DSN rule, for every subcommand (from the chatledger ledger issue, see
 embedded SQLite default. Output shows a DSN only through
 :func:`chatledger.dsn.display`, so a password is never printed.
 
-Exit status: 0 success; 1 ``check`` found the database behind; 2 a usage error
-(bad arguments or DSN, unreachable server, database not migrated, unknown
-revision): one line on stderr, no traceback; 130 interrupted.
+Exit status: 0 success; 1 ``check`` found the database behind, ``import`` or
+``copy`` found sessions differing from the target's (or refused, or a cut-off
+input), ``sessions show`` / ``delete`` found no such session or was not confirmed;
+2 a usage error (bad arguments or DSN, unreachable server, database not migrated,
+unknown revision, a schema ``adopt`` does not recognise, a malformed export): one
+line on stderr, no traceback; 130 interrupted.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import __version__, dialects, migrate
-from ..dsn import display, sqlite_file
+from ..dsn import display, resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .progress import progress
@@ -352,11 +352,11 @@ def open_source(dsn: str | URL | None) -> Ledger:
     Raises:
         ValueError: a SQLite file that does not exist.
     """
-    ledger = Ledger(dsn, auto_upgrade=False)
-    path = sqlite_file(ledger.url)
+    url = resolve_dsn(dsn)
+    path = sqlite_file(url)
     if path is not None and not path.is_file():
         raise ValueError(f"no such file: {path}")
-    return ledger
+    return Ledger(url, auto_upgrade=False)
 
 
 class _Tracker:
@@ -406,7 +406,7 @@ async def export(
         async with ledger.engine.connect() as conn:
             conn = await conn.execution_options(**ledger.rules.snapshot_read)
             async with conn.begin():
-                with bars or _nothing():
+                with bars or contextlib.nullcontext():
                     messages = 0
                     async for record in export_records(conn, ids):
                         output.write(_dump(record))
@@ -426,14 +426,6 @@ async def export(
         return Counts(**{key: value for key, value in last.items() if key != "type"})
     finally:
         await ledger.close()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # -- import ---------------------------------------------------------------------------
@@ -897,7 +889,7 @@ async def import_file(
         with contextlib.ExitStack() as stack:
             # A blocking open is fine: the command reads this one file, nothing else runs meanwhile.
             stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))  # noqa: ASYNC230
-            stack.enter_context(bars or _nothing())
+            stack.enter_context(bars or contextlib.nullcontext())
             records = prefetched(_async(read_records(stream)))
             return await Importer(ledger, say=say, bars=bars).run(records)
     finally:
@@ -924,7 +916,7 @@ async def copy(
         async with reader.engine.connect() as conn:
             conn = await conn.execution_options(**reader.rules.snapshot_read)
             async with conn.begin():
-                with bars or _nothing():
+                with bars or contextlib.nullcontext():
                     records = prefetched(export_records(conn, ids))
                     return await Importer(writer, say=say, bars=bars).run(records)
     finally:
