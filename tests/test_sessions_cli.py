@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -224,3 +225,22 @@ async def test_demo_and_stress_say_what_they_left_and_how_to_remove_it(
         assert command[:4] == ["chatledger", "sessions", "purge", "--prefix"]
         assert await run([*command[1:5], "--dsn", dsn, "--yes"]) == 0
         assert "deleted 3 zett sessions and 0 rein sessions" in capsys.readouterr().out
+
+
+async def test_a_kind_whose_package_is_missing_is_mentioned_only_when_it_matters(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn, ids = filled
+    monkeypatch.setitem(sys.modules, "chatledger.rein", None)  # as if rein-agent were not installed
+    assert await run(["sessions", "list", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "rein-agent is not installed, so rein sessions are not shown" in out  # the database has some
+    assert ids[0] in out and "rein sessions, newest" not in out
+
+    async with LedgerSessionStore(dsn) as store:  # the real one, imported before
+        for rein_id in ("rein-one", "rein-two"):
+            assert await store.adelete(rein_id)
+    assert await run(["sessions", "list", "--dsn", dsn]) == 0
+    assert "rein-agent is not installed" not in capsys.readouterr().out  # a zett-only database
+    assert await run(["sessions", "list", "--dsn", dsn, "--kind", "rein"]) == 0
+    assert "rein-agent is not installed" in capsys.readouterr().out  # asked for rein alone

@@ -513,11 +513,9 @@ def plan(connection: Connection, schema: ZettSchema, rules: _Rules) -> list[Step
     steps.append(Step("agent_sessions: add the check constraint boundary_within_log", _add_check))
     if not schema.rein_table:
         steps.append(Step(f"create {REIN_TABLE}", _create_rein_table))
-    steps.append(
-        Step(
-            f"stamp revision {FIRST_REVISION}, then upgrade to {migrate.head_revision()}", _stamp_and_upgrade
-        )
-    )
+    head = migrate.head_revision()
+    upgrade = f", then upgrade to {head}" if head != FIRST_REVISION else " (chatledger's newest)"
+    steps.append(Step(f"stamp revision {FIRST_REVISION}{upgrade}", _stamp_and_upgrade))
     steps.append(Step("verify: the tables match chatledger's models exactly", _verify))
     return steps
 

@@ -240,8 +240,8 @@ async def _adopt(args: argparse.Namespace, console: Console) -> int:
 
 
 def _dsn_hint(dsn: str | None) -> str:
-    """A DSN for a follow-up command line, password masked."""
-    return display(resolve_dsn(dsn)) if dsn else "DSN"
+    """The DSN as the user gave it, for a follow-up command line, password masked."""
+    return _mask_password(dsn, dsn) if dsn else "DSN"
 
 
 def _configure_export(parser: argparse.ArgumentParser) -> None:

@@ -89,20 +89,14 @@ async def open_stores(dsn: str | URL | None, kinds: Sequence[str] = KINDS) -> As
             try:
                 from ..zett import LedgerSessionStorage
             except ImportError:
-                stores.notes.append(
-                    "zett-agent is not installed, so zett sessions are not shown: "
-                    "pip install 'chatledger[zett]'"
-                )
+                await _missing(stores, url, "zett", "zett-agent", explicit=len(kinds) == 1)
             else:
                 stores.zett = LedgerSessionStorage(url, auto_upgrade=False)
         if "rein" in kinds:
             try:
                 from ..rein import LedgerSessionStore
             except ImportError:
-                stores.notes.append(
-                    "rein-agent is not installed, so rein sessions are not shown: "
-                    "pip install 'chatledger[rein]'"
-                )
+                await _missing(stores, url, "rein", "rein-agent", explicit=len(kinds) == 1)
             else:
                 stores.rein = LedgerSessionStore(url, auto_upgrade=False)
         yield stores
@@ -111,6 +105,26 @@ async def open_stores(dsn: str | URL | None, kinds: Sequence[str] = KINDS) -> As
             await stores.zett.close()
         if stores.rein is not None:
             await stores.rein.aclose()
+
+
+async def _missing(stores: Stores, url: URL, kind: str, package: str, *, explicit: bool) -> None:
+    """Note a kind whose package is not installed, when asked for it alone or when the
+    database holds sessions of that kind (a zett-only user is not told about rein)."""
+    table = sessions_table if kind == "zett" else rein_sessions_table
+    if not explicit:
+        ledger = Ledger(url, auto_upgrade=False)
+        try:
+
+            async def work(conn: AsyncConnection) -> bool:
+                return await conn.scalar(select(table.c.id).limit(1)) is not None
+
+            explicit = await ledger.read(work)
+        finally:
+            await ledger.close()
+    if explicit:
+        stores.notes.append(
+            f"{package} is not installed, so {kind} sessions are not shown: pip install 'chatledger[{kind}]'"
+        )
 
 
 def _when(value: datetime) -> str:
