@@ -32,7 +32,8 @@ from zett_agent.messages import UserMessage
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import raw_messages_table, sessions_table
-from chatledger.tools import transfer
+from chatledger.tools import export as exporting
+from chatledger.tools import importer
 from chatledger.tools.bench import Seeder
 from chatledger.tools.cli import run
 from chatledger.tools.transfer import FormatError, copy, export, import_file
@@ -131,9 +132,10 @@ async def write_file(url: URL, path: Path, ids: list[str] | None = None) -> None
 def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pages, cursor fetches and insert batches of a few rows, so that every boundary
     (a session split across fetches and batches) is crossed."""
-    monkeypatch.setattr(transfer, "PAGE", 2)
-    monkeypatch.setattr(transfer, "YIELD_PER", 3)
-    monkeypatch.setattr(transfer, "BATCH_ROWS", 4)
+    monkeypatch.setattr(exporting, "PAGE", 2)
+    monkeypatch.setattr(exporting, "YIELD_PER", 3)
+    monkeypatch.setattr(importer, "BATCH_ROWS", 4)
+    monkeypatch.setattr(importer, "CHUNK", 5)
 
 
 @pytest.mark.usefixtures("small_pages")

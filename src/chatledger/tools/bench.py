@@ -906,7 +906,7 @@ def _baseline_job() -> float:
 
 
 def _export_job(dsn: str, path: str) -> tuple[float, float]:
-    from .transfer import export
+    from .export import export
 
     async def main() -> float:
         with open(path, "w", encoding="utf-8") as output:  # noqa: ASYNC230 - the job's only work
@@ -960,7 +960,8 @@ def _import_job(target: str, floor: str, parts: list[str]) -> tuple[float, float
     """Import each part into ``target`` and insert the same message rows bare into
     ``floor`` (the floor), alternating which goes first, so that the machine's drift
     hits both alike. Returns (import seconds, floor seconds, peak MiB, clean, messages)."""
-    from .transfer import BATCH_ROWS, RowCodec, import_file, read_records
+    from .importer import BATCH_ROWS, import_file, read_records
+    from .rows import RowCodec
 
     async def floor_rows(ledger: Ledger, table: Table, path: str) -> float:
         """Each session's message rows, decoded before the clock starts (one session at

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -9,6 +12,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -41,3 +45,28 @@ def progress(console: Console) -> Progress:
         console=console,
         refresh_per_second=4,
     )
+
+
+class Tracker:
+    """Advances the progress bars from the records going by."""
+
+    def __init__(self, bars: Progress | None) -> None:
+        self.bars = bars
+        self.sessions: TaskID | None = None
+        self.messages: TaskID | None = None
+
+    def start(self, counts: Mapping[str, Any]) -> None:
+        if self.bars is None:
+            return
+        self.sessions = self.bars.add_task(
+            "sessions", total=int(counts.get("sessions", 0)) + int(counts.get("rein_sessions", 0))
+        )
+        self.messages = self.bars.add_task("messages", total=int(counts.get("messages", 0)))
+
+    def advance(self, sessions: int = 0, messages: int = 0) -> None:
+        if self.bars is None or self.sessions is None or self.messages is None:
+            return
+        if sessions:
+            self.bars.advance(self.sessions, sessions)
+        if messages:
+            self.bars.advance(self.messages, messages)
