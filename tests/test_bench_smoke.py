@@ -29,6 +29,8 @@ TINY = Sizes(
     agent_loads=(5, 20),
     agent_sessions=3,
     agent_appends=2,
+    transfer_sessions=3,
+    transfer_messages=60,
 )
 
 
@@ -51,6 +53,9 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     for run in backend.concurrent["chatledger"].values():
         assert (run.acknowledged, run.errors, run.gaps, run.duplicates, run.lost) == (8, 0, 0, 0, 0)
     assert backend.concurrent["chatledger"]["own sessions"].sessions == 2
+    transfer = backend.transfer
+    assert transfer is not None and (transfer.sessions, transfer.messages) == (3, 180)
+    assert transfer.import_peak_mib >= transfer.baseline_peak_mib > 0 and transfer.file_mib > 0
     assert [target.name for target in backend.targets] == [
         "append_vs_floor",
         "append_vs_zett",
@@ -70,6 +75,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
     assert "load warm 20+2, p50 / p95 ms" in printed
     assert "default/synchronous=NORMAL" in printed
+    assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]

@@ -140,6 +140,10 @@ class Sizes:
     agent_loads: tuple[int, ...] = (50, 2_000)
     agent_sessions: int = 40
     agent_appends: int = 3
+    #: Sessions and raw messages per session of the export/import measurement (1 million
+    #: messages); 0 sessions skips it.
+    transfer_sessions: int = 1_000
+    transfer_messages: int = 1_000
 
     def __post_init__(self) -> None:
         names = (
@@ -154,7 +158,7 @@ class Sizes:
         for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("warmup", "processes", "process_appends"):
+        for name in ("warmup", "processes", "process_appends", "transfer_sessions", "transfer_messages"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not self.load_messages or min(self.load_messages) <= self.tail:
@@ -176,6 +180,8 @@ QUICK = Sizes(
     list_rounds=3,
     process_appends=20,
     agent_sessions=6,
+    transfer_sessions=40,
+    transfer_messages=500,
 )
 
 
@@ -223,6 +229,38 @@ class ConcurrentStats:
 
 
 @dataclass
+class TransferStats:
+    """``chatledger export`` and ``import`` of ``sessions`` x ``messages`` raw messages,
+    and the floor: the same rows inserted bare. Each runs in a process of its own, so
+    that its peak resident memory is its own."""
+
+    sessions: int
+    messages: int
+    export_seconds: float
+    import_seconds: float
+    floor_seconds: float
+    #: Peak resident set size of each process, MiB.
+    export_peak_mib: float
+    import_peak_mib: float
+    #: Peak of a process that only loaded the same modules: the part no data caused.
+    baseline_peak_mib: float
+    #: Size of the export file, MiB.
+    file_mib: float
+
+    @property
+    def export_per_second(self) -> float:
+        return self.messages / self.export_seconds
+
+    @property
+    def import_per_second(self) -> float:
+        return self.messages / self.import_seconds
+
+    @property
+    def floor_per_second(self) -> float:
+        return self.messages / self.floor_seconds
+
+
+@dataclass
 class Verdict:
     """One target of the issue: ``value op bound``."""
 
@@ -255,6 +293,8 @@ class BackendReport:
     concurrent: dict[str, dict[str, ConcurrentStats]] = field(default_factory=dict)
     #: raw messages in the session (as text) -> cold / warm / their floors -> timings.
     agent_load: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)
+    #: Export and import throughput and peak memory (``None``: not measured).
+    transfer: TransferStats | None = None
     targets: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -291,6 +331,7 @@ class BenchReport:
                         count: {kind: LatencyStats(**stats) for kind, stats in kinds.items()}
                         for count, kinds in backend.get("agent_load", {}).items()
                     },
+                    transfer=TransferStats(**backend["transfer"]) if backend.get("transfer") else None,
                     targets=[
                         Verdict(**{key: value for key, value in target.items() if key != "met"})
                         for target in backend["targets"]
@@ -889,6 +930,8 @@ async def bench_backend(
                 await store.close()
             await floor.close()
             await variant.close()
+    if sizes.transfer_sessions and sizes.transfer_messages:
+        report.transfer = await measure_transfer(admin, sizes, say)
     report.targets = targets(report, sizes)
     report.seconds = time.perf_counter() - started
     return report
@@ -930,6 +973,244 @@ def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
             100.0,
         ),
         *agent_load_targets(report, sizes),
+        *_transfer_targets(report),
+    ]
+
+
+# -- export and import ------------------------------------------------------------------
+
+
+def _peak_mib() -> float:
+    """This process's peak resident set size, MiB (``ru_maxrss`` is KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _baseline_job() -> float:
+    """A process that loads what the export and import load, and nothing else."""
+    from . import transfer  # noqa: F401
+
+    return _peak_mib()
+
+
+def _export_job(dsn: str, path: str) -> tuple[float, float]:
+    from .export import export
+
+    async def main() -> float:
+        with open(path, "w", encoding="utf-8") as output:  # noqa: ASYNC230 - the job's only work
+            start = time.perf_counter()
+            await export(dsn, output)
+            return time.perf_counter() - start
+
+    return asyncio.run(main()), _peak_mib()
+
+
+def split_export(path: str, parts: int) -> list[str]:
+    """Cut an export file into ``parts`` complete exports of consecutive sessions
+    (rein sessions go with the last), each with the header and its own end record."""
+    with open(path, encoding="utf-8") as source:
+        header = json.loads(source.readline())
+        sessions = int(header["counts"]["sessions"])
+        per_part = max(1, -(-sessions // parts))
+        names: list[str] = []
+        output: Any = None
+        totals: dict[str, int] = {}
+        done = 0
+        for line in source:
+            record = json.loads(line)
+            kind = record["type"]
+            if kind == "end":
+                break
+            if output is None:
+                names.append(f"{path}.part{len(names)}")
+                output = open(names[-1], "w", encoding="utf-8")  # noqa: SIM115 - closed below
+                output.write(json.dumps(header) + "\n")
+                totals = {"sessions": 0, "messages": 0, "snapshots": 0, "rein_sessions": 0}
+            output.write(line)
+            if kind == "session_end":
+                totals["sessions"] += 1
+                totals["messages"] += record["messages"]
+                totals["snapshots"] += record["snapshots"]
+                done += 1
+            elif kind == "rein_session":
+                totals["rein_sessions"] += 1
+            if kind == "session_end" and done % per_part == 0 and done < sessions:
+                output.write(json.dumps({"type": "end", **totals}) + "\n")
+                output.close()
+                output = None
+        if output is not None:
+            output.write(json.dumps({"type": "end", **totals}) + "\n")
+            output.close()
+    return names
+
+
+def _import_job(target: str, floor: str, parts: list[str]) -> tuple[float, float, float, bool, int]:
+    """Import each part into ``target`` and insert the same message rows bare into
+    ``floor`` (the floor), alternating which goes first, so that the machine's drift
+    hits both alike. Returns (import seconds, floor seconds, peak MiB, clean, messages)."""
+    from .importer import BATCH_ROWS, import_file, read_records
+    from .rows import RowCodec
+
+    async def floor_rows(ledger: Ledger, table: Table, path: str) -> float:
+        """Each session's message rows, decoded before the clock starts (one session at
+        a time, so that the floor adds little to the process's peak memory)."""
+        codec = RowCodec(table)
+        elapsed = 0.0
+        rows: list[dict[str, Any]] = []
+        with open(path, "rb") as stream:  # noqa: ASYNC230 - the job's own file, read as the import reads
+            for record in read_records(stream):
+                if record.get("type") == "message":
+                    rows.append(codec.decode(record["row"], "floor"))
+                elif record.get("type") == "session_end" and rows:
+                    start = time.perf_counter()
+                    async with ledger.engine.begin() as conn:
+                        for chunk in _chunks(rows, BATCH_ROWS):
+                            await conn.execute(table.insert(), chunk)
+                    elapsed += time.perf_counter() - start
+                    rows = []
+        return elapsed
+
+    async def main() -> tuple[float, float, bool, int]:
+        floor_ledger = Ledger(floor)
+        table = raw_messages_table.to_metadata(MetaData())
+        imported = floored = 0.0
+        clean, messages = True, 0
+        try:
+            async with floor_ledger.engine.begin() as conn:
+                await conn.run_sync(table.metadata.create_all)
+            for number, path in enumerate(parts):
+                for step in ("import", "floor") if number % 2 == 0 else ("floor", "import"):
+                    if step == "floor":
+                        floored += await floor_rows(floor_ledger, table, path)
+                        continue
+                    start = time.perf_counter()
+                    report = await import_file(target, path)
+                    imported += time.perf_counter() - start
+                    clean, messages = clean and report.clean, messages + report.messages
+        finally:
+            await floor_ledger.close()
+        return imported, floored, clean, messages
+
+    imported, floored, clean, messages = asyncio.run(main())
+    return imported, floored, _peak_mib(), clean, messages
+
+
+def _transfer_id(number: int) -> str:
+    return f"transfer-{number:06d}"
+
+
+async def _in_process(job: Callable[..., Any], *args: Any) -> Any:
+    """Run ``job(*args)`` in a fresh process (spawned: nothing inherited) and return its result."""
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return await asyncio.get_running_loop().run_in_executor(pool, job, *args)
+
+
+#: Parts the export file is cut into for the interleaved import and floor.
+TRANSFER_PARTS = 10
+
+
+async def measure_transfer(admin: URL, sizes: Sizes, say: Callable[[str], None]) -> TransferStats:
+    """Seed ``transfer_sessions`` x ``transfer_messages`` raw messages (each session with
+    a checkpoint) into a fresh chatledger database and export them to a file, in a
+    process of its own; then, in another, import the file (cut in parts) into a
+    second fresh database, and insert the very same message rows bare into a third
+    (the floor), part by part in alternation. Each process reports its peak memory;
+    the import is checked to be complete."""
+    sessions, messages = sizes.transfer_sessions, sizes.transfer_messages
+    total = sessions * messages
+    async with fresh_databases(admin) as databases:
+        source, floor = databases.ledger, databases.floor
+        target = databases.zett.set(drivername=source.drivername)
+        for url in (source, target):
+            await upgrade_database(url)
+        say(f"export/import: seeding {sessions:,} sessions x {messages:,} messages")
+        seeding = Ledger(source)
+        try:
+            seeder = Seeder("chatledger", seeding.engine, datetime(2026, 1, 1, tzinfo=UTC))
+            for number in range(sessions):
+                await seeder.session(_transfer_id(number), messages, max(0, messages - 50), number)
+        finally:
+            await seeding.close()
+        rendered = {name: url.render_as_string(hide_password=False) for name, url in
+                    (("source", source), ("target", target), ("floor", floor))}  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="chatledger-bench-") as directory:
+            path = str(Path(directory) / "export.jsonl")
+            baseline = await _in_process(_baseline_job)
+            say(f"export of {total:,} messages")
+            export_seconds, export_peak = await _in_process(_export_job, rendered["source"], path)
+            file_mib = os.stat(path).st_size / 2**20
+            parts = await asyncio.to_thread(split_export, path, TRANSFER_PARTS)
+            say(f"import of {total:,} messages, and the floor, in {len(parts)} alternating parts")
+            import_seconds, floor_seconds, import_peak, clean, imported = await _in_process(
+                _import_job, rendered["target"], rendered["floor"], parts
+            )
+        _check(
+            clean and imported == total, f"the import gave {imported} of {total} messages (clean: {clean})"
+        )
+    return TransferStats(
+        sessions=sessions,
+        messages=total,
+        export_seconds=export_seconds,
+        import_seconds=import_seconds,
+        floor_seconds=floor_seconds,
+        export_peak_mib=export_peak,
+        import_peak_mib=import_peak,
+        baseline_peak_mib=baseline,
+        file_mib=file_mib,
+    )
+
+
+#: Backends on which the import throughput target applies (the server databases).
+IMPORT_TARGET_BACKENDS = ("postgresql", "mysql")
+
+
+def _transfer_targets(report: BackendReport) -> list[Verdict]:
+    if report.transfer is None or report.backend not in IMPORT_TARGET_BACKENDS:
+        return []
+    return [
+        Verdict(
+            "import_vs_floor",
+            "import throughput, chatledger import / bare bulk insert",
+            report.transfer.import_per_second / report.transfer.floor_per_second,
+            ">=",
+            0.5,
+        )
+    ]
+
+
+def _transfer_rows(report: BackendReport, verdicts: dict[str, Verdict]) -> list[tuple[str, ...]]:
+    stats = report.transfer
+    if stats is None:
+        return []
+    ratio = stats.import_per_second / stats.floor_per_second
+    verdict = verdicts.get("import_vs_floor")
+    cells = (
+        (
+            f"cl/floor {verdict.value:.2f}",
+            f"{verdict.op} {verdict.bound:g}",
+            "PASS" if verdict.met else "MISS",
+        )
+        if verdict is not None
+        else (f"cl/floor {ratio:.2f}", "", "")
+    )
+    size = f"{stats.messages:,} messages"
+    return [
+        (f"export, {size}, /s", _num(stats.export_per_second), "", "", "", "", ""),
+        (f"import, {size}, /s", _num(stats.import_per_second), "", _num(stats.floor_per_second), *cells),
+        (
+            f"peak memory, MiB: export / import (idle {stats.baseline_peak_mib:.0f})",
+            f"{stats.export_peak_mib:.0f} / {stats.import_peak_mib:.0f}",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ),
     ]
 
 
@@ -1134,6 +1415,7 @@ def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
                 "",
             )
         )
+    rows += _transfer_rows(report, verdicts)
     return rows
 
 
@@ -1227,6 +1509,7 @@ async def run_command(args: argparse.Namespace, console: Console) -> int:
     """Run the benchmark from parsed arguments; 0 when every target is met, else 1."""
     sizes = QUICK if args.quick else Sizes()
     report = await run_bench(args.dsn, sizes, console, seed=args.seed)
+    _say(console, "the benchmark dropped every database it created: it leaves no sessions behind")
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         _say(console, f"wrote {args.json}")

@@ -1,4 +1,5 @@
-"""The ``chatledger`` command: the demo and the schema commands.
+"""The ``chatledger`` command: the demo, the schema commands, adopting zett-agent's
+database, moving sessions (export, import, copy) and looking at them (sessions).
 
 Every subcommand is one :class:`Command` in :data:`COMMANDS` (name, help, its
 arguments, and an async ``run`` returning the exit status), so a new one is one
@@ -9,10 +10,13 @@ DSN rule, for every subcommand (from the chatledger ledger issue, see
 embedded SQLite default. Output shows a DSN only through
 :func:`chatledger.dsn.display`, so a password is never printed.
 
-Exit status: 0 success; 1 ``check`` found the database behind; 3 ``check`` found it
-at a newer revision this chatledger cannot run on; 2 a usage error (bad arguments
-or DSN, unreachable server, database not migrated, unknown revision, schema lock
-not granted in time): one line on stderr, no traceback; 130 interrupted.
+Exit status: 0 success; 1 ``check`` found the database behind, ``import`` or
+``copy`` found sessions differing from the target's (or refused, or a cut-off
+input), ``sessions show`` / ``delete`` found no such session or was not confirmed;
+3 ``check`` found it at a newer revision this chatledger cannot run on; 2 a usage
+error (bad arguments or DSN, unreachable server, database not migrated, unknown
+revision, a schema ``adopt`` does not recognise, a malformed export, schema lock not
+granted in time): one line on stderr, no traceback; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -75,7 +79,11 @@ async def _demo(args: argparse.Namespace, console: Console) -> int:
         if error.name != "zett_agent" and not (error.name or "").startswith("zett_agent."):
             raise
         raise ImportError("the demo needs zett-agent: pip install 'chatledger[zett]'") from error
-    await run_demo(args.dsn, console)
+    demo = await run_demo(args.dsn, console)
+    dsn = f" --dsn {_dsn_hint(args.dsn)}" if args.dsn else ""
+    _say(console, f"the demo left its session {demo.session_id} in {demo.database}:")
+    _say(console, f"  see it:    chatledger sessions show {demo.session_id}{dsn}")
+    _say(console, f"  remove it: chatledger sessions delete {demo.session_id}{dsn}")
     return 0
 
 
@@ -199,6 +207,7 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
     for column in ("nodes", "causal reads", "causal misses", "errors per node", "disagreeing", "unreachable"):
         cluster.add_column(column, justify="right", min_width=len(column), no_wrap=True)
     clean = True
+    left: list[str] = []
     targets: list[Any] = [args.dsn] if args.cluster else (args.dsn or [None])
     for dsn in targets:
         nodes = [resolve_dsn(node) for node in dsn] if args.cluster else [resolve_dsn(dsn)]
@@ -231,9 +240,18 @@ async def _stress(args: argparse.Namespace, console: Console) -> int:
             for node in dsn if args.cluster else [dsn]:
                 sample = _mask_password(sample, node)
             _say(console, f"error: {sample}")
+        sessions = report.processes + 1 if not args.shared_only else 1
+        first = dsn[0] if args.cluster else dsn
+        target = f" --dsn {_dsn_hint(first)}" if first else ""
+        left.append(
+            f"{sessions} sessions {report.session_prefix}* left in {display(nodes[0])}; remove them with: "
+            f"chatledger sessions purge --prefix {report.session_prefix}{target}"
+        )
     console.print(table)
     if args.cluster:
         console.print(cluster)
+    for line in left:
+        _say(console, line)
     return 0 if clean else 1
 
 
@@ -250,6 +268,168 @@ async def _bench(args: argparse.Namespace, console: Console) -> int:
     from .bench import run_command
 
     return await run_command(args, console)
+
+
+# -- adopt, export, import, copy, sessions ----------------------------------------------
+
+
+def _configure_adopt(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument("--dry-run", action="store_true", help="check and print the steps; change nothing")
+
+
+async def _adopt(args: argparse.Namespace, console: Console) -> int:
+    from .adopt import adopt
+
+    report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
+    what = f"{report.sessions} sessions, {report.messages} raw messages, {report.checkpoints} checkpoints"
+    if report.dry_run:
+        _say(console, f"{report.database} holds zett-agent's tables ({what}); adopt would:")
+        for step in report.steps:
+            _say(console, f"- {step}")
+        _say(console, "dry run: nothing was changed")
+        return 0
+    resumed = ", continuing an adoption that had stopped" if report.resumed else ""
+    _say(console, f"adopted {report.database}{resumed}: {what}; now at revision {report.revision}")
+    _say(console, f"see them with: chatledger sessions list --dsn {_dsn_hint(args.dsn)}")
+    return 0
+
+
+def _dsn_hint(dsn: str | None) -> str:
+    """The DSN as the user gave it, for a follow-up command line, password masked."""
+    return _mask_password(dsn, dsn) if dsn else "DSN"
+
+
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="export only this session (repeatable)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write here (gzip-compressed when it ends in .gz); default: stdout",
+    )
+
+
+async def _export(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import export, open_output
+
+    # The data may go to stdout: progress and messages go to stderr then.
+    messages = console if args.output not in (None, "-") else Console(stderr=True, highlight=False)
+    output = open_output(args.output)
+    try:
+        counts = await export(args.dsn, output, ids=args.session, console=messages)
+    finally:
+        if output is not sys.stdout:
+            output.close()
+    _say(
+        messages,
+        f"exported {counts.sessions} zett sessions ({counts.messages} messages, {counts.snapshots} "
+        f"checkpoints) and {counts.rein_sessions} rein sessions to {args.output or 'stdout'}",
+    )
+    return 0
+
+
+def _configure_import(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "file", metavar="FILE", help="an export of chatledger export (.gz too); - reads stdin"
+    )
+
+
+def _import_summary(console: Console, report: Any) -> int:
+    _say(
+        console,
+        f"imported {report.imported} sessions ({report.messages} messages, {report.snapshots} checkpoints) "
+        f"into {report.target}; {report.identical} already there and identical, skipped",
+    )
+    if report.differing or report.failed:
+        _say(
+            console,
+            f"{report.differing} differ from the database's and {report.failed} were refused; see above",
+        )
+    if not report.complete:
+        _say(console, "the input ended before its end record (truncated?); what it held was imported")
+    return 0 if report.clean else 1
+
+
+async def _import(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import import_file
+
+    report = await import_file(args.dsn, args.file, console=console, say=lambda line: _say(console, line))
+    return _import_summary(console, report)
+
+
+def _configure_copy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="source", required=True, metavar="DSN", help="the database to copy from"
+    )
+    parser.add_argument("--to", dest="target", required=True, metavar="DSN", help="the database to copy into")
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="copy only this session (repeatable)"
+    )
+
+
+async def _copy(args: argparse.Namespace, console: Console) -> int:
+    from .transfer import copy
+
+    # Both DSNs, for run() to mask their passwords in an error message.
+    args.dsn = [args.source, args.target]
+    report = await copy(
+        args.source, args.target, ids=args.session, console=console, say=lambda line: _say(console, line)
+    )
+    return _import_summary(console, report)
+
+
+def _configure_sessions(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=help)
+        add_dsn(sub)
+        sub.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+        return sub
+
+    listing = action("list", "the newest sessions, zett's and rein's")
+    listing.add_argument("--limit", type=int, default=20, help="sessions per kind (default: 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
+    show.add_argument("id", metavar="ID")
+    show.add_argument(
+        "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
+    )
+    delete = action("delete", "delete one session with its whole history (asks first)")
+    delete.add_argument("id", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask")
+    purge = action("purge", "delete old sessions in batches (asks first)")
+    purge.add_argument(
+        "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
+    )
+    purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
+    purge.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+
+
+async def _sessions(args: argparse.Namespace, console: Console) -> int:
+    from . import sessions
+
+    kinds = (args.kind,) if args.kind else sessions.KINDS
+    if args.action == "list":
+        listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
+        sessions.print_list(listing, console, as_json=args.json)
+        return 0
+    if args.action == "show":
+        found = await sessions.show(args.dsn, args.id, console, messages=args.messages, kinds=kinds)
+        return 0 if found else 1
+    if args.action == "delete":
+        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
+    age = sessions.parse_age(args.older_than) if args.older_than is not None else None
+    await sessions.purge(
+        args.dsn, console, older_than=age, prefix=args.prefix, dry_run=args.dry_run, yes=args.yes, kinds=kinds
+    )
+    return 0
 
 
 #: Every subcommand, in the order ``--help`` lists them.
@@ -285,6 +465,22 @@ COMMANDS: tuple[Command, ...] = (
         _configure_bench,
         _bench,
     ),
+    Command(
+        "adopt",
+        "convert zett-agent's own tables in the database to chatledger's schema, in place",
+        _configure_adopt,
+        _adopt,
+    ),
+    Command("export", "write sessions as JSON lines (docs/export-format.md)", _configure_export, _export),
+    Command(
+        "import",
+        "read an export into the database; sessions it has already are compared, never overwritten "
+        "(exit 1 if any differ)",
+        _configure_import,
+        _import,
+    ),
+    Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
+    Command("sessions", "list, show, delete and purge stored sessions", _configure_sessions, _sessions),
 )
 
 

@@ -507,7 +507,7 @@ def _requests(trace: Sequence[TraceEntry]) -> list[tuple[int, str, Text]]:
     return requests
 
 
-async def run_demo(dsn: str | None, console: Console) -> None:
+async def run_demo(dsn: str | None, console: Console) -> DemoRun:
     """Run the demo on ``dsn`` (``None``: ``CHATLEDGER_DSN``, else the embedded
     SQLite default, which upgrades itself) and print it to ``console``.
 
@@ -516,4 +516,6 @@ async def run_demo(dsn: str | None, console: Console) -> None:
         chatledger.StorageUnavailable: the database cannot be reached.
         ValueError: an invalid DSN.
     """
-    render_demo(await record_demo(dsn), console)
+    demo = await record_demo(dsn)
+    render_demo(demo, console)
+    return demo

@@ -54,6 +54,8 @@ class StressReport:
     disagreeing_nodes: int = 0
     #: Nodes that did not answer the verification (e.g. one killed during the run).
     unreachable_nodes: int = 0
+    #: The run's sessions, left in the database, all have ids starting with this.
+    session_prefix: str = ""
 
     @property
     def appends_per_second(self) -> float:
@@ -168,4 +170,5 @@ async def run_stress(
         causal_misses=sum(outcome.causal_misses for outcome in outcomes),
         disagreeing_nodes=sum(1 for copy in copies[1:] if copy.texts() != copies[0].texts()),
         unreachable_nodes=unreachable,
+        session_prefix=f"stress-{run}-",
     )

@@ -1,0 +1,233 @@
+"""``chatledger export``: every session of a database as export records.
+
+The export reads one consistent snapshot (one read transaction) with server-side
+cursors, a page of sessions at a time, so memory does not grow with the database.
+Deleted sessions' tombstones (rows a later revision keeps so that no late writer
+revives an id) are rows like any other and travel too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from rich.console import Console
+from sqlalchemy import Table, func, select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .. import __version__, migrate
+from ..dsn import resolve_dsn, sqlite_file
+from ..engine import Ledger
+from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from .progress import Tracker, progress
+from .rows import FORMAT, FORMAT_VERSION, TABLES, Counts, Record, RowCodec, _instant
+
+#: Sessions read per page by the export.
+PAGE = 500
+#: Rows fetched per round trip from a server-side cursor.
+YIELD_PER = 1000
+
+
+async def _count(conn: AsyncConnection, ids: Sequence[str] | None) -> Counts:
+    def where(column: Any) -> Any:
+        return column.in_(ids) if ids is not None else True
+
+    async def count(table: Table, column: Any) -> int:
+        return int(await conn.scalar(select(func.count()).select_from(table).where(where(column))) or 0)
+
+    return Counts(
+        sessions=await count(sessions_table, sessions_table.c.id),
+        messages=await count(raw_messages_table, raw_messages_table.c.session_id),
+        snapshots=await count(snapshots_table, snapshots_table.c.session_id),
+        rein_sessions=await count(rein_sessions_table, rein_sessions_table.c.id),
+    )
+
+
+async def _session_pages(conn: AsyncConnection, ids: Sequence[str] | None) -> AsyncIterator[list[Any]]:
+    """The session rows in pages of :data:`PAGE`, in id order (the database's)."""
+    s = sessions_table
+    if ids is not None:
+        unique = sorted(set(ids))
+        for start in range(0, len(unique), PAGE):
+            chunk = unique[start : start + PAGE]
+            rows = list(await conn.execute(select(s).where(s.c.id.in_(chunk)).order_by(s.c.id)))
+            if rows:
+                yield rows
+        return
+    after: str | None = None
+    while True:
+        statement = select(s).order_by(s.c.id).limit(PAGE)
+        if after is not None:
+            statement = statement.where(s.c.id > after)
+        rows = list(await conn.execute(statement))
+        if not rows:
+            return
+        yield rows
+        after = rows[-1].id
+
+
+def _opening(
+    codecs: Mapping[str, RowCodec], row: Any, snapshots: Mapping[str, list[Any]]
+) -> Iterator[Record]:
+    """A session's first records: its counter row, then its checkpoints."""
+    yield {"type": "session", "row": codecs["session"].encode(row._mapping)}
+    for snapshot in snapshots.get(row.id, ()):
+        yield {"type": "snapshot", "row": codecs["snapshot"].encode(snapshot._mapping)}
+
+
+def _closing(row: Any, messages: int, snapshots: Mapping[str, list[Any]], total: Counts) -> Record:
+    """A session's end record (and the running totals)."""
+    checkpoints = len(snapshots.get(row.id, ()))
+    total.sessions += 1
+    total.messages += messages
+    total.snapshots += checkpoints
+    return {"type": "session_end", "id": row.id, "snapshots": checkpoints, "messages": messages}
+
+
+async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None) -> AsyncIterator[Record]:
+    """Every record of an export of the database on ``conn``, header first.
+
+    ``conn`` must be inside one read transaction, so that the export is one
+    consistent snapshot. ``ids`` limits it to those zett and rein sessions.
+    Messages stream through a server-side cursor, a page of sessions at a time;
+    nothing grows with the size of the database.
+    """
+    codecs = {kind: RowCodec(table) for kind, table in TABLES.items()}
+    counts = await _count(conn, ids)
+    revision = await conn.run_sync(migrate.current_revision)
+    yield {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "chatledger": __version__,
+        "revision": revision,
+        "backend": conn.dialect.name,
+        "exported_at": _instant(datetime.now(UTC)),
+        "tables": {table.name: list(codecs[kind].columns) for kind, table in TABLES.items()},
+        "counts": counts.__dict__,
+    }
+    r, v = raw_messages_table, snapshots_table
+    total = Counts()
+    async for page in _session_pages(conn, ids):
+        page_ids = [row.id for row in page]
+        members = set(page_ids)
+        if ids is not None:
+            in_page_r, in_page_v = r.c.session_id.in_(page_ids), v.c.session_id.in_(page_ids)
+        else:
+            in_page_r = r.c.session_id.between(page_ids[0], page_ids[-1])
+            in_page_v = v.c.session_id.between(page_ids[0], page_ids[-1])
+        snapshots: dict[str, list[Any]] = {}
+        for snapshot in await conn.execute(select(v).where(in_page_v).order_by(v.c.session_id, v.c.version)):
+            if snapshot.session_id in members:
+                snapshots.setdefault(snapshot.session_id, []).append(snapshot)
+        pending = iter(page)
+        current: Any = None
+        messages = 0
+        stream = await conn.stream(
+            select(r)
+            .where(in_page_r)
+            .order_by(r.c.session_id, r.c.sequence)
+            .execution_options(yield_per=YIELD_PER)
+        )
+        async for partition in stream.partitions():
+            for message in partition:
+                if message.session_id not in members:
+                    continue  # a message without a session row (edited by hand): not part of any session
+                while current is None or current.id != message.session_id:
+                    if current is not None:
+                        yield _closing(current, messages, snapshots, total)
+                    current, messages = next(pending), 0
+                    for record in _opening(codecs, current, snapshots):
+                        yield record
+                messages += 1
+                yield {"type": "message", "row": codecs["message"].encode(message._mapping)}
+        if current is not None:
+            yield _closing(current, messages, snapshots, total)
+        for row in pending:
+            for record in _opening(codecs, row, snapshots):
+                yield record
+            yield _closing(row, 0, snapshots, total)
+    rein = rein_sessions_table
+    statement = select(rein).order_by(rein.c.id).execution_options(yield_per=YIELD_PER)
+    if ids is not None:
+        statement = statement.where(rein.c.id.in_(sorted(set(ids))))
+    async for partition in (await conn.stream(statement)).partitions():
+        for row in partition:
+            total.rein_sessions += 1
+            yield {"type": "rein_session", "row": codecs["rein_session"].encode(row._mapping)}
+    yield {"type": "end", **total.__dict__}
+
+
+def _dump(record: Record) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def open_source(dsn: str | URL | None) -> Ledger:
+    """The ledger an export reads: never upgraded by it (an export changes nothing).
+
+    Raises:
+        ValueError: a SQLite file that does not exist.
+    """
+    url = resolve_dsn(dsn)
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return Ledger(url, auto_upgrade=False)
+
+
+async def export(
+    dsn: str | URL | None,
+    output: TextIO,
+    *,
+    ids: Sequence[str] | None = None,
+    console: Console | None = None,
+) -> Counts:
+    """Write an export of the database ``dsn`` names to ``output``; return what it holds.
+
+    Raises:
+        SchemaNotReady: the database is not at this chatledger's head revision.
+        ValueError: a SQLite file that does not exist.
+    """
+    ledger = open_source(dsn)
+    try:
+        await ledger.ensure_ready()
+        bars = progress(console) if console is not None else None
+        tracker = Tracker(bars)
+        last: Record = {}
+        async with ledger.engine.connect() as conn:
+            conn = await conn.execution_options(**ledger.rules.snapshot_read)
+            async with conn.begin():
+                with bars or contextlib.nullcontext():
+                    messages = 0
+                    async for record in export_records(conn, ids):
+                        output.write(_dump(record))
+                        kind = record.get("type")
+                        if kind is None:
+                            tracker.start(record["counts"])
+                        elif kind == "message":
+                            messages += 1
+                            if messages == YIELD_PER:
+                                tracker.advance(messages=messages)
+                                messages = 0
+                        elif kind in ("session_end", "rein_session"):
+                            tracker.advance(sessions=1, messages=messages)
+                            messages = 0
+                        last = record
+        output.flush()
+        return Counts(**{key: value for key, value in last.items() if key != "type"})
+    finally:
+        await ledger.close()
+
+
+def open_output(path: str | None) -> TextIO:
+    """The export's destination: a file (gzip-compressed when it ends in ``.gz``), or stdout."""
+    if path is None or path == "-":
+        return sys.stdout
+    if path.endswith(".gz"):
+        return gzip.open(path, "wt", encoding="utf-8", newline="\n")
+    return open(path, "w", encoding="utf-8", newline="\n")

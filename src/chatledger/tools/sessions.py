@@ -1,0 +1,521 @@
+"""``chatledger sessions``: list, show, delete and purge stored sessions, zett's and rein's.
+
+Everything goes through the stores' public methods (``list_sessions``,
+``get_session``, ``load``, ``delete_session``; rein's ``alist_sessions``,
+``aload_versioned``, ``adelete``), so a deletion here is exactly the stores' own.
+Only the choice of what ``purge`` deletes (sessions last active before a time, or
+whose id starts with a prefix) reads the tables directly, through the activity
+index, in batches.
+
+The inspecting commands never migrate: a database behind this chatledger's schema
+is refused with the command that upgrades it (``SchemaNotReady``), and a SQLite
+file that does not exist is not created.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..dsn import resolve_dsn, sqlite_file
+from ..engine import Ledger
+from ..schema import rein_sessions_table, sessions_table
+from .progress import progress
+
+#: The kinds of session a database holds.
+KINDS = ("zett", "rein")
+#: Sessions read per batch while purging.
+PURGE_BATCH = 500
+#: Longest message text ``show`` prints before cutting it.
+SHOWN_CHARACTERS = 500
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(value: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (also combined: ``1d12h``) as a duration.
+
+    Raises:
+        ValueError: anything else, naming ``--older-than``.
+    """
+    parts = re.fullmatch(r"(?:\d+[smhdw])+", value.strip())
+    if parts is None:
+        raise ValueError(f"--older-than {value!r} is not a duration such as 30d, 12h, 90m, 45s or 2w")
+    seconds = sum(int(number) * _UNITS[unit] for number, unit in re.findall(r"(\d+)([smhdw])", value))
+    return timedelta(seconds=seconds)
+
+
+def _existing(dsn: str | URL | None) -> URL:
+    url = resolve_dsn(dsn)
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return url
+
+
+@dataclass
+class Stores:
+    """The open stores of one database; ``None`` for a kind whose extra is not installed."""
+
+    zett: Any
+    rein: Any
+    #: Why a kind is missing (shown once).
+    notes: list[str]
+
+    def kinds(self, wanted: Sequence[str]) -> list[str]:
+        return [kind for kind in wanted if getattr(self, kind) is not None]
+
+
+@asynccontextmanager
+async def open_stores(dsn: str | URL | None, kinds: Sequence[str] = KINDS) -> AsyncIterator[Stores]:
+    """The zett storage and the rein store of a database, each only if its package is
+    installed (they never migrate it)."""
+    url = _existing(dsn)
+    stores = Stores(None, None, [])
+    try:
+        if "zett" in kinds:
+            try:
+                from ..zett import LedgerSessionStorage
+            except ImportError:
+                await _missing(stores, url, "zett", "zett-agent", explicit=len(kinds) == 1)
+            else:
+                stores.zett = LedgerSessionStorage(url, auto_upgrade=False)
+        if "rein" in kinds:
+            try:
+                from ..rein import LedgerSessionStore
+            except ImportError:
+                await _missing(stores, url, "rein", "rein-agent", explicit=len(kinds) == 1)
+            else:
+                stores.rein = LedgerSessionStore(url, auto_upgrade=False)
+        yield stores
+    finally:
+        if stores.zett is not None:
+            await stores.zett.close()
+        if stores.rein is not None:
+            await stores.rein.aclose()
+
+
+async def _missing(stores: Stores, url: URL, kind: str, package: str, *, explicit: bool) -> None:
+    """Note a kind whose package is not installed, when asked for it alone or when the
+    database holds sessions of that kind (a zett-only user is not told about rein)."""
+    table = sessions_table if kind == "zett" else rein_sessions_table
+    if not explicit:
+        ledger = Ledger(url, auto_upgrade=False)
+        try:
+
+            async def work(conn: AsyncConnection) -> bool:
+                return await conn.scalar(select(table.c.id).where(_live(kind)).limit(1)) is not None
+
+            explicit = await ledger.read(work)
+        finally:
+            await ledger.close()
+    if explicit:
+        stores.notes.append(
+            f"{package} is not installed, so {kind} sessions are not shown: pip install 'chatledger[{kind}]'"
+        )
+
+
+def _when(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+# -- list -----------------------------------------------------------------------------
+
+
+async def list_sessions(dsn: str | URL | None, *, limit: int, kinds: Sequence[str] = KINDS) -> dict[str, Any]:
+    """The newest ``limit`` sessions of each kind, as JSON-ready data:
+    ``{"zett": [...], "rein": [...], "notes": [...]}``."""
+    if limit < 1:
+        raise ValueError("--limit must be at least 1")
+    result: dict[str, Any] = {}
+    async with open_stores(dsn, kinds) as stores:
+        if stores.zett is not None:
+            result["zett"] = [
+                {
+                    "id": summary.session_id,
+                    "parent_session_id": summary.parent_session_id,
+                    "session_type": summary.session_type,
+                    "title": summary.title,
+                    "agent_name": summary.agent_name,
+                    "message_count": summary.message_count,
+                    "created_at": summary.created_at.isoformat(),
+                    "updated_at": summary.updated_at.isoformat(),
+                }
+                for summary in await stores.zett.list_sessions(limit=limit)
+            ]
+        if stores.rein is not None:
+            result["rein"] = [
+                {
+                    "id": info.id,
+                    "version": info.version,
+                    "created_at": info.created_at.isoformat(),
+                    "updated_at": info.updated_at.isoformat(),
+                }
+                for info in await stores.rein.alist_sessions(limit=limit)
+            ]
+        result["notes"] = stores.notes
+    return result
+
+
+def print_list(listing: dict[str, Any], console: Console, *, as_json: bool) -> None:
+    """The listing as tables (newest activity first), or as one JSON document."""
+    if as_json:
+        _say(
+            console,
+            json.dumps({key: value for key, value in listing.items() if key != "notes"}, ensure_ascii=False),
+        )
+        return
+    for note in listing.get("notes", []):
+        _say(console, note)
+    if "zett" in listing:
+        table = RichTable(title="zett sessions, newest activity first", title_justify="left")
+        for name in ("id", "type", "title", "agent", "messages", "last active (UTC)"):
+            table.add_column(name, justify="right" if name in ("type", "messages") else "left")
+        for row in listing["zett"]:
+            table.add_row(
+                row["id"],
+                str(row["session_type"]),
+                row["title"] or "",
+                row["agent_name"] or "",
+                str(row["message_count"]),
+                _when(datetime.fromisoformat(row["updated_at"])),
+            )
+        console.print(table if listing["zett"] else "no zett sessions")
+    if "rein" in listing:
+        table = RichTable(title="rein sessions, newest save first", title_justify="left")
+        for name in ("id", "version", "last saved (UTC)"):
+            table.add_column(name, justify="right" if name == "version" else "left")
+        for row in listing["rein"]:
+            table.add_row(row["id"], str(row["version"]), _when(datetime.fromisoformat(row["updated_at"])))
+        console.print(table if listing["rein"] else "no rein sessions")
+
+
+# -- show -----------------------------------------------------------------------------
+
+
+def _cut(text: str) -> str:
+    text = text.replace("\r", "")
+    return (
+        text if len(text) <= SHOWN_CHARACTERS else text[:SHOWN_CHARACTERS] + f"... ({len(text)} characters)"
+    )
+
+
+def describe_zett_message(message: Any) -> str:
+    """One zett message in a line or a few: its text, tool calls, a tool's name."""
+    from zett_agent.messages import AssistantMessage, ToolMessage
+
+    if isinstance(message, AssistantMessage):
+        parts = [_cut(message.content)] if message.content else []
+        parts += [
+            f"-> {call.name}({json.dumps(call.arguments, ensure_ascii=False)})" for call in message.tool_calls
+        ]
+        return "\n".join(parts) or "(empty)"
+    if isinstance(message, ToolMessage):
+        status = "" if message.success else " (failed)"
+        return f"{message.name}{status}: {_cut(message.text)}"
+    text = getattr(message, "text", None)
+    return _cut(text if isinstance(text, str) else str(getattr(message, "content", "")))
+
+
+async def show(
+    dsn: str | URL | None, session_id: str, console: Console, *, messages: int, kinds: Sequence[str] = KINDS
+) -> bool:
+    """Print a session readably: a zett session's fields, checkpoint and tail (its last
+    ``messages`` raw messages after the checkpoint), a rein session's state and
+    messages. Returns whether any session has that id."""
+    if messages < 0:
+        raise ValueError("--messages must not be negative")
+    found = False
+    async with open_stores(dsn, kinds) as stores:
+        for note in stores.notes:
+            _say(console, note)
+        if stores.zett is not None:
+            summary = await stores.zett.get_session(session_id)
+            if summary is not None:
+                found = True
+                await _show_zett(stores.zett, summary, console, messages)
+        if stores.rein is not None:
+            versioned = await stores.rein.aload_versioned(session_id)
+            if versioned is not None:
+                found = True
+                _show_rein(session_id, versioned, console, messages)
+    if not found:
+        _say(console, f"no session {session_id!r}")
+    return found
+
+
+async def _show_zett(storage: Any, summary: Any, console: Console, limit: int) -> None:
+    view = await storage.load(summary.session_id)
+    _say(console, f"zett session {summary.session_id}")
+    fields = (
+        ("parent", summary.parent_session_id or "-"),
+        ("type", summary.session_type),
+        ("title", summary.title or "-"),
+        ("agent", summary.agent_name or "-"),
+        ("messages", summary.message_count),
+        ("created", f"{_when(summary.created_at)} UTC"),
+        ("last active", f"{_when(summary.updated_at)} UTC"),
+    )
+    for name, value in fields:
+        _say(console, f"  {name:<12}{value}")
+    boundary = 0
+    if view.snapshot is not None:
+        snapshot = view.snapshot
+        boundary = snapshot.compacted_through_sequence
+        _say(
+            console,
+            f"checkpoint version {snapshot.version}, summarizing messages 1-{boundary} "
+            f"(made {_when(snapshot.created_at)} UTC):",
+        )
+        for line in describe_zett_message(snapshot.compacted_message).splitlines() or [""]:
+            _say(console, f"  {line}")
+    else:
+        _say(console, "no checkpoint")
+    tail = view.raw_tail
+    shown = tail[-limit:] if limit else []
+    heading = (
+        f"raw messages after the checkpoint ({len(tail)})" if boundary else f"raw messages ({len(tail)})"
+    )
+    if len(shown) < len(tail):
+        heading += f", the last {len(shown)} (--messages N shows more)"
+    _say(console, heading + ":")
+    for record in shown:
+        role = str(record.message.role)
+        usage = ""
+        if record.input_tokens is not None:
+            usage = f"  [tokens in {record.input_tokens}, out {record.output_tokens}]"
+        lines = describe_zett_message(record.message).splitlines() or [""]
+        _say(console, f"  #{record.sequence:<5} {role:<10} {lines[0]}{usage}")
+        for line in lines[1:]:
+            _say(console, f"  {'':<6} {'':<10} {line}")
+
+
+def _show_rein(session_id: str, versioned: Any, console: Console, limit: int) -> None:
+    session = versioned.session
+    _say(console, f"rein session {session_id} (version {versioned.version})")
+    usage = session.usage
+    _say(console, f"  {'stage':<12}{getattr(session.stage, 'value', session.stage)}")
+    _say(
+        console,
+        f"  {'done':<12}{session.done}" + (f" ({session.stop_reason})" if session.stop_reason else ""),
+    )
+    _say(console, f"  {'iterations':<12}{session.iteration}")
+    _say(console, f"  {'tokens':<12}in {usage.input_tokens}, out {usage.output_tokens}")
+    shown = session.messages[-limit:] if limit else []
+    heading = f"messages ({len(session.messages)})"
+    if len(shown) < len(session.messages):
+        heading += f", the last {len(shown)} (--messages N shows more)"
+    _say(console, heading + ":")
+    first = len(session.messages) - len(shown) + 1
+    for number, message in enumerate(shown, start=first):
+        lines = [_cut(message.content)] if message.content else []
+        lines += [
+            f"-> {call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
+            for call in message.tool_calls or ()
+        ]
+        lines = lines or ["(empty)"]
+        _say(console, f"  {number:<6} {message.role:<10} {lines[0]}")
+        for line in lines[1:]:
+            _say(console, f"  {'':<6} {'':<10} {line}")
+
+
+# -- delete ---------------------------------------------------------------------------
+
+
+def confirm(console: Console, question: str) -> bool:
+    """Ask on the console; only ``y`` or ``yes`` agrees (end of input declines)."""
+    try:
+        answer = console.input(Text(f"{question} [y/N] "))  # Text: no markup in the brackets
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def delete(
+    dsn: str | URL | None, session_id: str, console: Console, *, yes: bool, kinds: Sequence[str] = KINDS
+) -> int:
+    """Delete a session of every kind that has this id, after asking (unless ``yes``).
+
+    Returns the exit status: 0 deleted, 1 no such session or not confirmed.
+    """
+    async with open_stores(dsn, kinds) as stores:
+        found: list[tuple[str, str]] = []
+        if stores.zett is not None:
+            summary = await stores.zett.get_session(session_id)
+            if summary is not None:
+                found.append(("zett", f"zett session {session_id!r} ({summary.message_count} messages)"))
+        if stores.rein is not None and await stores.rein.acontains(session_id):
+            found.append(("rein", f"rein session {session_id!r}"))
+        if not found:
+            _say(console, f"no session {session_id!r}")
+            return 1
+        what = " and ".join(description for _, description in found)
+        if not yes and not confirm(console, f"delete {what} with all its history?"):
+            _say(console, "nothing deleted")
+            return 1
+        for kind, description in found:
+            if kind == "zett":
+                await stores.zett.delete_session(session_id)
+            else:
+                await stores.rein.adelete(session_id)
+            _say(console, f"deleted {description}")
+    return 0
+
+
+# -- purge ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which sessions ``purge`` deletes: last active before ``before``, and/or whose id
+    starts with ``prefix``."""
+
+    before: datetime | None
+    prefix: str | None
+
+    def describe(self) -> str:
+        parts = []
+        if self.before is not None:
+            parts.append(f"last active before {_when(self.before)} UTC")
+        if self.prefix is not None:
+            parts.append(f"whose id starts with {self.prefix!r}")
+        return " and ".join(parts)
+
+
+def _conditions(table: Any, selection: Selection, *, live: Any) -> list[Any]:
+    conditions = [live]
+    if selection.before is not None:
+        conditions.append(table.c.updated_at < selection.before)
+    if selection.prefix is not None:
+        conditions.append(table.c.id.startswith(selection.prefix, autoescape=True))
+    return conditions
+
+
+def _live(kind: str) -> Any:
+    """Rows that are sessions, not tombstones of deleted ones (which keep stale writers
+    out and are never purged): no ``deleted_at``; a rein row with its JSON."""
+    if kind == "rein":
+        return rein_sessions_table.c.session_json.is_not(None)
+    return sessions_table.c.deleted_at.is_(None)
+
+
+async def _count_selected(ledger: Ledger, kind: str, selection: Selection) -> int:
+    table = rein_sessions_table if kind == "rein" else sessions_table
+    statement = (
+        select(func.count()).select_from(table).where(*_conditions(table, selection, live=_live(kind)))
+    )
+
+    async def work(conn: AsyncConnection) -> int:
+        return int(await conn.scalar(statement) or 0)
+
+    return await ledger.read(work)
+
+
+async def _batches(ledger: Ledger, kind: str, selection: Selection) -> AsyncIterator[list[Any]]:
+    """The selected sessions in activity order, a batch at a time; keyset paging on the
+    activity index, so a deletion cannot make a batch repeat or skip one."""
+    table = rein_sessions_table if kind == "rein" else sessions_table
+    conditions = _conditions(table, selection, live=_live(kind))
+    after: tuple[datetime, str] | None = None
+    while True:
+        statement = select(table.c.id, table.c.updated_at).where(*conditions)
+        if after is not None:
+            statement = statement.where(
+                or_(
+                    table.c.updated_at > after[0], and_(table.c.updated_at == after[0], table.c.id > after[1])
+                )
+            )
+        statement = statement.order_by(table.c.updated_at, table.c.id).limit(PURGE_BATCH)
+
+        async def work(conn: AsyncConnection, statement: Any = statement) -> list[Any]:
+            return list(await conn.execute(statement))
+
+        rows = await ledger.read(work)
+        if not rows:
+            return
+        yield rows
+        after = (rows[-1].updated_at, rows[-1].id)
+
+
+async def purge(
+    dsn: str | URL | None,
+    console: Console,
+    *,
+    older_than: timedelta | None,
+    prefix: str | None,
+    dry_run: bool,
+    yes: bool,
+    kinds: Sequence[str] = KINDS,
+) -> dict[str, int]:
+    """Delete the selected sessions of each kind, in batches, with a progress bar.
+
+    Returns how many were deleted per kind (on a dry run: how many would be).
+    """
+    if older_than is None and not prefix:
+        raise ValueError("say what to purge: --older-than DURATION and/or --prefix PREFIX")
+    selection = Selection(datetime.now(UTC) - older_than if older_than is not None else None, prefix or None)
+    # The selection reads through a ledger of its own: the rein store's runs on its
+    # private loop thread, and a pool serves one event loop only.
+    selector = Ledger(_existing(dsn), auto_upgrade=False)
+    try:
+        return await _purge(selector, dsn, console, selection, dry_run=dry_run, yes=yes, kinds=kinds)
+    finally:
+        await selector.close()
+
+
+async def _purge(
+    selector: Ledger,
+    dsn: str | URL | None,
+    console: Console,
+    selection: Selection,
+    *,
+    dry_run: bool,
+    yes: bool,
+    kinds: Sequence[str],
+) -> dict[str, int]:
+    async with open_stores(dsn, kinds) as stores:
+        for note in stores.notes:
+            _say(console, note)
+        present = stores.kinds(kinds)
+        counts = {kind: await _count_selected(selector, kind, selection) for kind in present}
+        what = " and ".join(f"{counts[kind]:,} {kind} sessions" for kind in present)
+        if dry_run:
+            _say(console, f"would delete {what} {selection.describe()} (dry run: nothing deleted)")
+            return counts
+        if not any(counts.values()):
+            _say(console, f"no sessions {selection.describe()}")
+            return counts
+        if not yes and not confirm(console, f"delete {what} {selection.describe()}, with all their history?"):
+            _say(console, "nothing deleted")
+            return dict.fromkeys(counts, 0)
+        deleted = dict.fromkeys(present, 0)
+        with progress(console) as bars:
+            for kind in present:
+                task = bars.add_task(f"{kind} sessions", total=counts[kind])
+                async for batch in _batches(selector, kind, selection):
+                    for row in batch:
+                        if kind == "zett":
+                            done = await stores.zett.delete_session(row.id)
+                        else:
+                            done = await stores.rein.adelete(row.id)
+                        deleted[kind] += int(bool(done))
+                        bars.advance(task)
+        summary = " and ".join(f"{deleted[kind]:,} {kind} sessions" for kind in present)
+        _say(console, f"deleted {summary} {selection.describe()}")
+        return deleted

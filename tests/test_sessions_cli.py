@@ -1,0 +1,246 @@
+"""``chatledger sessions list / show / delete / purge`` on every backend, zett and rein sessions."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from rein.ir import Message, ToolCall
+from rein.session import Session
+from sqlalchemy import Table, update
+from sqlalchemy.engine import Connection
+
+from chatledger.dsn import DSN_ENV, resolve_dsn
+from chatledger.migrate import run_on_connection, upgrade_database
+from chatledger.rein import LedgerSessionStore
+from chatledger.schema import rein_sessions_table, sessions_table
+from chatledger.tools import sessions as sessions_module
+from chatledger.tools.cli import run
+from chatledger.tools.sessions import parse_age
+from chatledger.zett import LedgerSessionStorage
+
+from .conftest import Database
+from .fresh import fresh_database
+from .zett_data import write_sessions
+
+
+@pytest.fixture(autouse=True)
+def no_env_dsn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(DSN_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
+async def filled(database: Database, tmp_path: Path) -> AsyncIterator[tuple[str, list[str]]]:
+    """A fresh migrated database with five zett sessions and two rein sessions: (DSN, zett ids)."""
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_sessions") as url:
+        await upgrade_database(url)
+        async with LedgerSessionStorage(url) as storage:
+            ids = await write_sessions(storage)
+        async with LedgerSessionStore(url) as store:
+            call = ToolCall(id="c1", name="weather", arguments={"city": "Zürich"})
+            await store.asave(
+                "rein-one",
+                Session(
+                    messages=[
+                        Message(role="user", content="weather?"),
+                        Message(role="assistant", tool_calls=[call]),
+                    ]
+                ),
+            )
+            await store.asave("rein-two", Session(messages=[Message(role="user", content="hi")]))
+        yield url.render_as_string(hide_password=False), ids
+
+
+def idle(table: Table, ids: list[str], days: int) -> Callable[[Connection], None]:
+    """Makes the sessions ``ids`` last active ``days`` ago."""
+
+    def work(connection: Connection) -> None:
+        at = datetime.now(UTC) - timedelta(days=days)
+        connection.execute(update(table).where(table.c.id.in_(ids)).values(updated_at=at))
+
+    return work
+
+
+async def test_list(filled: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    dsn, ids = filled
+    assert await run(["sessions", "list", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "zett sessions, newest activity first" in out and "rein sessions, newest save first" in out
+    assert all(session_id in out for session_id in ids) and "rein-one" in out
+
+    assert await run(["sessions", "list", "--dsn", dsn, "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert {row["id"]: row["message_count"] for row in listing["zett"]} == dict(
+        zip(ids, [7, 12, 1, 0, 1], strict=True)
+    )
+    assert [row["id"] for row in listing["rein"]] == ["rein-two", "rein-one"]  # newest save first
+    assert listing["rein"][0]["version"] == 1
+
+    assert await run(["sessions", "list", "--dsn", dsn, "--json", "--limit", "2", "--kind", "zett"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert len(listing["zett"]) == 2 and "rein" not in listing
+
+
+async def test_show(filled: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    dsn, ids = filled
+    assert await run(["sessions", "show", ids[0], "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert f"zett session {ids[0]}" in out and "title       Alpha ✓" in out
+    assert "checkpoint version 2, summarizing messages 1-6" in out
+    assert "Weather talk: rain today, sun tomorrow." in out
+    assert "raw messages after the checkpoint (1):" in out and "#7" in out and "Sunny." in out
+    assert "[tokens in 300, out 2]" in out
+
+    assert await run(["sessions", "show", ids[1], "--dsn", dsn, "--messages", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "raw messages (12), the last 3" in out and "#12" in out and "#9 " not in out
+
+    assert await run(["sessions", "show", "rein-one", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "rein session rein-one (version 1)" in out and '-> weather({"city": "Zürich"})' in out
+
+    assert await run(["sessions", "show", "nobody", "--dsn", dsn]) == 1
+    assert "no session 'nobody'" in capsys.readouterr().out
+
+
+async def test_delete_asks_first(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn, ids = filled
+    monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
+    assert await run(["sessions", "delete", ids[4], "--dsn", dsn]) == 1
+    out = capsys.readouterr().out
+    assert f"delete zett session {ids[4]!r} (1 messages) with all its history? [y/N]" in out
+    assert "nothing deleted" in out
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # end of input declines too
+    assert await run(["sessions", "delete", ids[4], "--dsn", dsn]) == 1
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert await run(["sessions", "delete", ids[4], "--dsn", dsn]) == 0
+    assert f"deleted zett session {ids[4]!r}" in capsys.readouterr().out
+    assert await run(["sessions", "delete", "rein-two", "--dsn", dsn, "--yes"]) == 0
+    assert await run(["sessions", "delete", ids[4], "--dsn", dsn, "--yes"]) == 1
+    assert "no session" in capsys.readouterr().out
+
+    async with LedgerSessionStorage(dsn) as storage:
+        assert await storage.get_session(ids[4]) is None and await storage.count_messages(ids[4]) == 0
+        assert await storage.get_session(ids[3]) is not None
+    async with LedgerSessionStore(dsn) as store:
+        assert not await store.acontains("rein-two") and await store.acontains("rein-one")
+
+
+async def test_purge(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn, ids = filled
+    monkeypatch.setattr(sessions_module, "PURGE_BATCH", 2)  # several batches
+    await run_on_connection(resolve_dsn(dsn), idle(sessions_table, ids[:3], 40))
+    await run_on_connection(resolve_dsn(dsn), idle(rein_sessions_table, ["rein-one"], 40))
+
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "would delete 3 zett sessions and 1 rein sessions last active before" in out
+        and "nothing deleted" in out
+    )
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("no\n"))
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d"]) == 0
+    assert "nothing deleted" in capsys.readouterr().out
+
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "4w2d", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 3 zett sessions and 1 rein sessions" in out
+    async with LedgerSessionStorage(dsn) as storage:
+        assert {summary.session_id for summary in await storage.list_sessions()} == set(ids[3:])
+    async with LedgerSessionStore(dsn) as store:
+        assert [info.id for info in await store.alist_sessions()] == ["rein-two"]
+
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "rein-", "--yes", "--kind", "rein"]) == 0
+    assert "deleted 1 rein sessions whose id starts with 'rein-'" in capsys.readouterr().out
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--yes"]) == 0
+    assert "no sessions last active before" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["purge", "--older-than", "thirty days"], "not a duration"),
+        (["purge"], "--older-than DURATION and/or --prefix PREFIX"),
+        (["list", "--limit", "0"], "--limit must be at least 1"),
+    ],
+)
+async def test_usage_errors(
+    filled: tuple[str, list[str]], argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn, _ = filled
+    assert await run(["sessions", *argv, "--dsn", dsn]) == 2
+    error = capsys.readouterr().err
+    assert fragment in error and error.count("\n") == 1
+
+
+async def test_a_missing_sqlite_file_is_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nothing-here.sqlite3"
+    assert await run(["sessions", "list", "--dsn", f"sqlite:///{missing}"]) == 2
+    assert "no such file" in capsys.readouterr().err and not missing.exists()
+
+
+def test_parse_age() -> None:
+    assert parse_age("30d") == timedelta(days=30)
+    assert parse_age("1d12h") == timedelta(hours=36)
+    assert parse_age("90m") == timedelta(minutes=90)
+    for bad in ("", "30", "d", "-1d", "1y", "1.5h"):
+        with pytest.raises(ValueError, match="--older-than"):
+            parse_age(bad)
+
+
+async def test_demo_and_stress_say_what_they_left_and_how_to_remove_it(
+    database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_left") as url:
+        await upgrade_database(url)
+        dsn = url.render_as_string(hide_password=False)
+        assert await run(["demo", "--dsn", dsn]) == 0
+        out = capsys.readouterr().out
+        shown = next(line for line in out.splitlines() if "see it:" in line).split("see it:")[1].split()
+        assert shown[:3] == ["chatledger", "sessions", "show"] and shown[3].startswith("demo-")
+        assert f"remove it: chatledger sessions delete {shown[3]} --dsn" in out
+        assert await run(["sessions", "show", shown[3], "--dsn", dsn]) == 0
+        assert "checkpoint version 1" in capsys.readouterr().out
+
+        assert await run(["stress", "--dsn", dsn, "--processes", "2", "--appends", "3"]) == 0
+        out = capsys.readouterr().out
+        line = next(line for line in out.splitlines() if "left in" in line)
+        assert line.startswith("3 sessions stress-")
+        command = line.split("remove them with: ")[1].split()
+        assert command[:4] == ["chatledger", "sessions", "purge", "--prefix"]
+        assert await run([*command[1:5], "--dsn", dsn, "--yes"]) == 0
+        assert "deleted 3 zett sessions and 0 rein sessions" in capsys.readouterr().out
+
+
+async def test_a_kind_whose_package_is_missing_is_mentioned_only_when_it_matters(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dsn, ids = filled
+    monkeypatch.setitem(sys.modules, "chatledger.rein", None)  # as if rein-agent were not installed
+    assert await run(["sessions", "list", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "rein-agent is not installed, so rein sessions are not shown" in out  # the database has some
+    assert ids[0] in out and "rein sessions, newest" not in out
+
+    async with LedgerSessionStore(dsn) as store:  # the real one, imported before
+        for rein_id in ("rein-one", "rein-two"):
+            assert await store.adelete(rein_id)
+    assert await run(["sessions", "list", "--dsn", dsn]) == 0
+    assert "rein-agent is not installed" not in capsys.readouterr().out  # a zett-only database
+    assert await run(["sessions", "list", "--dsn", dsn, "--kind", "rein"]) == 0
+    assert "rein-agent is not installed" in capsys.readouterr().out  # asked for rein alone
