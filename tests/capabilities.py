@@ -48,6 +48,14 @@ CAPABILITIES: dict[str, Capability] = {
     "max_allowed_packet": only_on(
         "mysql", lacking="max_allowed_packet is MySQL's; the other backends' limit is 1 GB"
     ),
+    # A driver in pure Python over a socket: a fork taken while another thread is inside
+    # a call leaves the child no C-level lock to wait on. SQLite's own mutexes, held by
+    # aiosqlite's thread at the fork, can leave the child waiting forever.
+    "fork_during_calls": only_on(
+        "postgresql",
+        "mysql",
+        lacking="SQLite's mutexes may be held by another thread at the fork (fork before starting threads)",
+    ),
     "serializable_default": Capability(
         lambda target, _version: target.dialect == "postgresql" and serializable_postgres(),
         lacking="runs in the SERIALIZABLE PostgreSQL pass only (CHATLEDGER_TEST_PG_SERIALIZABLE=1)",

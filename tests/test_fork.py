@@ -133,6 +133,7 @@ def test_rein_async_twins_in_a_forked_child(rein_store: LedgerSessionStore, conv
     assert asyncio.run(store.aload_versioned(conv_id)) == (Session(iteration=2), 2)
 
 
+@pytest.mark.requires("fork_during_calls")
 def test_fork_while_another_thread_calls(rein_store: LedgerSessionStore, conv_id: str) -> None:
     """A fork taken while other threads are inside the store's calls: the child must
     not inherit a lock or a call it would wait for forever."""
