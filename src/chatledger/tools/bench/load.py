@@ -35,8 +35,8 @@ from sqlalchemy import bindparam, event, select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..engine import Ledger
-from ..schema import raw_messages_table
+from ...engine import Ledger
+from ...schema import raw_messages_table
 
 #: The four measurements per size, in table order.
 KINDS = ("cold", "cold floor", "warm", "warm floor")
@@ -87,7 +87,7 @@ class LoadFloor:
     """The floor of a load (see the module docstring) on the database ``url`` names."""
 
     def __init__(self, url: URL) -> None:
-        from ..zett.codec import RECORD_COLUMNS  # the columns chatledger's load reads
+        from ...zett.codec import RECORD_COLUMNS  # the columns chatledger's load reads
 
         self._ledger = Ledger(url)
         self.engine = self._ledger.engine

@@ -1,0 +1,317 @@
+"""The benchmark's report: the targets judged, and the tables printed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table as RichTable
+
+from .load import breakdown
+from .results import CONTENDERS, STORES, BackendReport, BenchReport, Sizes, Verdict
+
+#: The contenders of the append measurement, in table order.
+
+
+def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
+    """The issue's targets, as ratios of this backend's medians."""
+    append = report.append
+    load = report.load["chatledger"]
+    largest_load, largest_list = str(max(sizes.load_messages)), str(max(sizes.list_sessions))
+    lists = report.list_sessions
+    return [
+        Verdict(
+            "append_vs_floor",
+            "append throughput, chatledger / floor",
+            append["chatledger"].per_second / append["floor"].per_second,
+            ">=",
+            0.7,
+        ),
+        Verdict(
+            "append_vs_zett",
+            "append throughput, chatledger / zett",
+            append["chatledger"].per_second / append["zett"].per_second,
+            ">=",
+            2.0,
+        ),
+        Verdict(
+            "load_o_tail",
+            f"chatledger load, {largest_load}-message session / {sizes.tail}-message session",
+            load[largest_load].median_ms / load[str(sizes.tail)].median_ms,
+            "<=",
+            2.0,
+        ),
+        Verdict(
+            "list_o_page",
+            f"list_sessions over {largest_list} sessions, zett time / chatledger time",
+            lists["zett"][largest_list].median_ms / lists["chatledger"][largest_list].median_ms,
+            ">=",
+            100.0,
+        ),
+        *agent_load_targets(report, sizes),
+        *_transfer_targets(report),
+    ]
+
+
+IMPORT_TARGET_BACKENDS = ("postgresql", "mysql")
+
+
+def _transfer_targets(report: BackendReport) -> list[Verdict]:
+    if report.transfer is None or report.backend not in IMPORT_TARGET_BACKENDS:
+        return []
+    return [
+        Verdict(
+            "import_vs_floor",
+            "import throughput, chatledger import / bare bulk insert",
+            report.transfer.import_per_second / report.transfer.floor_per_second,
+            ">=",
+            0.5,
+        )
+    ]
+
+
+def _transfer_rows(report: BackendReport, verdicts: dict[str, Verdict]) -> list[tuple[str, ...]]:
+    stats = report.transfer
+    if stats is None:
+        return []
+    ratio = stats.import_per_second / stats.floor_per_second
+    verdict = verdicts.get("import_vs_floor")
+    cells = (
+        (
+            f"cl/floor {verdict.value:.2f}",
+            f"{verdict.op} {verdict.bound:g}",
+            "PASS" if verdict.met else "MISS",
+        )
+        if verdict is not None
+        else (f"cl/floor {ratio:.2f}", "", "")
+    )
+    size = f"{stats.messages:,} messages"
+    return [
+        (f"export, {size}, /s", _num(stats.export_per_second), "", "", "", "", ""),
+        (f"import, {size}, /s", _num(stats.import_per_second), "", _num(stats.floor_per_second), *cells),
+        (
+            f"peak memory, MiB: export / import (idle {stats.baseline_peak_mib:.0f})",
+            f"{stats.export_peak_mib:.0f} / {stats.import_peak_mib:.0f}",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ),
+    ]
+
+
+#: Bounds of the agent loads: a reload at most 1.5x a bare read of the same rows at
+#: every size, the first load of the largest at most 4x.
+WARM_LOAD_BOUND, COLD_LOAD_BOUND = 1.5, 4.0
+
+
+def agent_load_targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
+    """Warm load / floor at every size of ``sizes.agent_loads``, cold load / floor at
+    the largest; p50s, each with its measured breakdown."""
+    verdicts = []
+    largest = max(sizes.agent_loads)
+    for count in sizes.agent_loads:
+        stats = report.agent_load[str(count)]
+        for kind, bound in (("warm", WARM_LOAD_BOUND), ("cold", COLD_LOAD_BOUND)):
+            if kind == "cold" and count != largest:
+                continue
+            verdicts.append(
+                Verdict(
+                    f"{kind}_load_{count}",
+                    f"{kind} load p50 / floor p50, {count}-message session",
+                    stats[kind].median_ms / stats[f"{kind} floor"].median_ms,
+                    "<=",
+                    bound,
+                    reason=breakdown(stats, kind),
+                )
+            )
+    return verdicts
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+#: Columns of the result table; the last holds PASS / MISS.
+COLUMNS = ("measure", "chatledger", "zett", "floor", "ratio", "target", "met")
+
+
+def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
+    """One backend's medians, ratios and target verdicts, as rows of :data:`COLUMNS`."""
+    verdicts = {verdict.name: verdict for verdict in report.targets}
+
+    def verdict_cells(name: str, ratio: str) -> tuple[str, str, str]:
+        verdict = verdicts[name]
+        return (
+            f"{ratio}{verdict.value:.2f}",
+            f"{verdict.op} {verdict.bound:g}",
+            "PASS" if verdict.met else "MISS",
+        )
+
+    rows: list[tuple[str, ...]] = []
+    append = report.append
+    rows.append(("append p50 latency, ms", *(f"{append[n].median_ms:.2f}" for n in CONTENDERS), "", "", ""))
+    rows.append(("append p95 latency, ms", *(f"{append[n].p95_ms:.2f}" for n in CONTENDERS), "", "", ""))
+    rows.append(
+        (
+            "append throughput, /s",
+            *(_num(append[name].per_second) for name in CONTENDERS),
+            *verdict_cells("append_vs_floor", "cl/floor "),
+        )
+    )
+    rows.append(("", "", "", "", *verdict_cells("append_vs_zett", "cl/zett ")))
+    for name, stats in append.items():
+        if name.startswith("chatledger, "):  # the variant: the price of the default's setting
+            label = name.removeprefix("chatledger, ")
+            ratio = append["chatledger"].per_second / stats.per_second
+            rows.append((f"append p50 latency, ms, {label}", f"{stats.median_ms:.2f}", "", "", "", "", ""))
+            rows.append(
+                (
+                    f"append throughput, /s, {label}",
+                    _num(stats.per_second),
+                    "",
+                    "",
+                    f"default/{label} {ratio:.2f}",
+                    "",
+                    "",
+                )
+            )
+    load = report.load
+    small = str(sizes.tail)
+    rows.append(
+        (
+            f"load, {small}-message session, ms",
+            *(f"{load[k][small].median_ms:.2f}" for k in STORES),
+            "",
+            "",
+            "",
+            "",
+        )
+    )
+    for count in sizes.load_messages:
+        label = str(count)
+        if count == max(sizes.load_messages):
+            cells = verdict_cells("load_o_tail", f"/{small}: ")
+        else:
+            ratio = load["chatledger"][label].median_ms / load["chatledger"][small].median_ms
+            cells = (f"/{small}: {ratio:.2f}", "", "")
+        rows.append(
+            (
+                f"load, checkpoint + {sizes.tail} of {count:,}, ms",
+                *(f"{load[k][label].median_ms:.2f}" for k in STORES),
+                "",
+                *cells,
+            )
+        )
+    rows += agent_load_rows(report, sizes, verdict_cells)
+    lists = report.list_sessions
+    for count in sizes.list_sessions:
+        label = str(count)
+        if count == max(sizes.list_sessions):
+            cells = verdict_cells("list_o_page", "zett/cl ")
+        else:
+            ratio = lists["zett"][label].median_ms / lists["chatledger"][label].median_ms
+            cells = (f"zett/cl {ratio:.1f}", "", "")
+        rows.append(
+            (
+                f"list_sessions {sizes.page} of {count:,}, ms",
+                *(f"{lists[k][label].median_ms:.2f}" for k in STORES),
+                "",
+                *cells,
+            )
+        )
+    for mode in ("one session", "own sessions"):
+        runs = {kind: report.concurrent.get(kind, {}).get(mode) for kind in STORES}
+        if not any(runs.values()):
+            continue
+        processes = next(run.processes for run in runs.values() if run is not None)
+        sessions = "1 session" if mode == "one session" else f"{processes} sessions"
+        rows.append(
+            (
+                f"{processes} processes -> {sessions}, /s (errors)",
+                *(
+                    f"{_num(run.per_second)} ({run.errors})" if run is not None else "-"
+                    for run in runs.values()
+                ),
+                "",
+                "",
+                "",
+                "",
+            )
+        )
+    rows += _transfer_rows(report, verdicts)
+    return rows
+
+
+def agent_load_rows(
+    report: BackendReport, sizes: Sizes, verdict_cells: Callable[[str, str], tuple[str, str, str]]
+) -> list[tuple[str, ...]]:
+    """The agent loads' rows: p50 / p95 of chatledger and of the floor, the p50 ratio."""
+    rows: list[tuple[str, ...]] = []
+    verdicts = {verdict.name for verdict in report.targets}
+    for count in sizes.agent_loads:
+        stats = report.agent_load[str(count)]
+        for kind in ("cold", "warm"):
+            ours, floor = stats[kind], stats[f"{kind} floor"]
+            name = f"{kind}_load_{count}"
+            if name in verdicts:
+                cells = verdict_cells(name, "cl/floor ")
+            else:
+                cells = (f"cl/floor {ours.median_ms / floor.median_ms:.2f}", "", "")
+            what = f"{count:,}" if kind == "cold" else f"{count:,}+{sizes.agent_appends}"
+            rows.append(
+                (
+                    f"load {kind} {what}, p50 / p95 ms",
+                    f"{ours.median_ms:.2f} / {ours.p95_ms:.2f}",
+                    "",
+                    f"{floor.median_ms:.2f} / {floor.p95_ms:.2f}",
+                    *cells,
+                )
+            )
+    return rows
+
+
+def missed_reasons(report: BackendReport) -> list[str]:
+    """One line per missed target that carries a measured reason."""
+    return [
+        f"{verdict.name} missed: {verdict.reason}"
+        for verdict in report.targets
+        if not verdict.met and verdict.reason
+    ]
+
+
+def _title(report: BackendReport) -> str:
+    return f"{report.backend}: {report.server_version.split(' on ')[0]}"
+
+
+def render(report: BackendReport, sizes: Sizes) -> RichTable:
+    """One backend's :func:`table_rows` as a rich table."""
+    table = RichTable(title=_title(report), title_justify="left")
+    for column in COLUMNS:
+        table.add_column(column, justify="left" if column in ("measure", "target") else "right")
+    marks = {"PASS": "[green]PASS[/green]", "MISS": "[red]MISS[/red]"}
+    for row in table_rows(report, sizes):
+        table.add_row(*row[:-1], marks.get(row[-1], row[-1]))
+    return table
+
+
+def markdown(report: BenchReport) -> str:
+    """The whole run as Markdown: the machine, then one table per backend."""
+    machine = report.machine
+    lines = [
+        f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory_gib']} GiB, "
+        f"{machine['platform']}, Python {machine['python']}; load average "
+        f"{machine['load_average_at_start'][0]:.1f} at the start, "
+        f"{(machine.get('load_average_at_end') or [0.0])[0]:.1f} at the end.",
+    ]
+    for backend in report.backends:
+        lines += ["", f"**{_title(backend)}**", "", "| " + " | ".join(COLUMNS) + " |"]
+        lines.append("|" + "|".join(":--" if c in ("measure", "target") else "--:" for c in COLUMNS) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in table_rows(backend, report.sizes)]
+        reasons = missed_reasons(backend)
+        if reasons:
+            lines += ["", *(f"- {line}" for line in reasons)]
+    return "\n".join(lines) + "\n"

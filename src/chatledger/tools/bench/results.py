@@ -1,0 +1,280 @@
+"""The benchmark's sizes and results: what a run measures and what it found."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .load import LatencyStats
+
+#: The contenders of the append measurement, in table order.
+
+CONTENDERS = ("chatledger", "zett", "floor")
+#: The stores compared on load, list_sessions and concurrent appends.
+STORES = ("chatledger", "zett")
+#: Rows per ``executemany`` while seeding.
+SEED_CHUNK = 2_000
+#: Seconds of back-to-back repeats of a fast call within one round (see ``measure_calls``).
+REPEAT_BUDGET = 0.05
+MAX_REPEATS = 20
+#: Placeholder in the seeded messages' JSON, replaced by a number per row.
+MARK = "@@N@@"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does; the defaults are the issue's sizes.
+
+    Attributes:
+        append_rounds: interleaved rounds of the append measurement.
+        append_batch: appends per contender per round (each one timed).
+        warmup: untimed appends per contender before the first round.
+        tail: raw messages after the checkpoint in the large sessions, and the size
+            of the small session.
+        load_messages: raw-message counts of the large sessions, ascending.
+        load_rounds: interleaved rounds of the load measurement (one load each).
+        list_sessions: session counts at which list_sessions is timed, ascending.
+        list_rounds: interleaved rounds of each list_sessions measurement.
+        page: list_sessions page size.
+        processes: worker processes of the concurrent appends.
+        process_appends: appends per worker process in each concurrent run.
+        agent_loads: raw-message counts of the sessions of the agent loads.
+        agent_sessions: sessions per count; each gives one cold and one warm sample.
+        agent_appends: messages appended between a session's cold and warm load.
+    """
+
+    append_rounds: int = 9
+    append_batch: int = 100
+    warmup: int = 20
+    tail: int = 50
+    load_messages: tuple[int, ...] = (10_000, 100_000)
+    load_rounds: int = 25
+    list_sessions: tuple[int, ...] = (10_000, 100_000)
+    list_rounds: int = 5
+    page: int = 20
+    processes: int = 8
+    process_appends: int = 100
+    agent_loads: tuple[int, ...] = (50, 2_000)
+    agent_sessions: int = 40
+    agent_appends: int = 3
+    #: Sessions and raw messages per session of the export/import measurement (1 million
+    #: messages); 0 sessions skips it.
+    transfer_sessions: int = 1_000
+    transfer_messages: int = 1_000
+
+    def __post_init__(self) -> None:
+        names = (
+            "append_rounds",
+            "append_batch",
+            "tail",
+            "load_rounds",
+            "list_rounds",
+            "page",
+            "agent_sessions",
+        )
+        for name in names:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("warmup", "processes", "process_appends", "transfer_sessions", "transfer_messages"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not self.load_messages or min(self.load_messages) <= self.tail:
+            raise ValueError("load_messages must be non-empty and larger than tail")
+        if not self.list_sessions or min(self.list_sessions) < self.page:
+            raise ValueError("list_sessions must be non-empty and at least page")
+        if not self.agent_loads or min(self.agent_loads) < 1 or self.agent_appends < 0:
+            raise ValueError("agent_loads must be non-empty and positive, agent_appends not negative")
+
+
+#: ``--quick``: a smoke run of every measurement in well under a minute per backend.
+#: The issue's sizes.
+FULL = Sizes()
+
+QUICK = Sizes(
+    append_rounds=3,
+    append_batch=30,
+    warmup=5,
+    load_messages=(1_000, 10_000),
+    load_rounds=8,
+    list_sessions=(1_000, 10_000),
+    list_rounds=3,
+    process_appends=20,
+    agent_sessions=6,
+    transfer_sessions=40,
+    transfer_messages=500,
+)
+
+
+# -- results ------------------------------------------------------------------------
+
+
+@dataclass
+class AppendStats:
+    """One contender's appends: per-append latency and per-round throughput."""
+
+    median_ms: float
+    p95_ms: float
+    #: Median over rounds of (appends in the round / its seconds).
+    per_second: float
+    round_per_second: list[float]
+
+
+@dataclass
+class TimingStats:
+    """Repeated timings of one call, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    samples: int
+
+
+@dataclass
+class ConcurrentStats:
+    """One concurrent run: ``processes`` workers appending ``appends`` each."""
+
+    processes: int
+    sessions: int
+    attempted: int
+    acknowledged: int
+    errors: int
+    #: Transient failures retried inside the store (chatledger only; ``None`` for zett).
+    retries: int | None
+    gaps: int
+    duplicates: int
+    lost: int
+    seconds: float
+    per_second: float
+    #: Errors by kind (the message without SQL, ids and numbers) -> how many.
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TransferStats:
+    """``chatledger export`` and ``import`` of ``sessions`` x ``messages`` raw messages,
+    and the floor: the same rows inserted bare. Each runs in a process of its own, so
+    that its peak resident memory is its own."""
+
+    sessions: int
+    messages: int
+    export_seconds: float
+    import_seconds: float
+    floor_seconds: float
+    #: Peak resident set size of each process, MiB.
+    export_peak_mib: float
+    import_peak_mib: float
+    #: Peak of a process that only loaded the same modules: the part no data caused.
+    baseline_peak_mib: float
+    #: Size of the export file, MiB.
+    file_mib: float
+
+    @property
+    def export_per_second(self) -> float:
+        return self.messages / self.export_seconds
+
+    @property
+    def import_per_second(self) -> float:
+        return self.messages / self.import_seconds
+
+    @property
+    def floor_per_second(self) -> float:
+        return self.messages / self.floor_seconds
+
+
+@dataclass
+class Verdict:
+    """One target of the issue: ``value op bound``."""
+
+    name: str
+    description: str
+    value: float
+    op: str
+    bound: float
+    #: What the value is made of, measured (the agent loads), shown when it is missed.
+    reason: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.value >= self.bound if self.op == ">=" else self.value <= self.bound
+
+
+@dataclass
+class BackendReport:
+    """Every number measured on one backend."""
+
+    backend: str
+    server: str
+    server_version: str
+    append: dict[str, AppendStats] = field(default_factory=dict)
+    #: store -> raw messages in the session (as text) -> load timings.
+    load: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
+    #: store -> sessions in the database (as text) -> list_sessions timings.
+    list_sessions: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
+    #: store -> "one session" / "own sessions" -> the run.
+    concurrent: dict[str, dict[str, ConcurrentStats]] = field(default_factory=dict)
+    #: raw messages in the session (as text) -> cold / warm / their floors -> timings.
+    agent_load: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)
+    #: Export and import throughput and peak memory (``None``: not measured).
+    transfer: TransferStats | None = None
+    targets: list[Verdict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class BenchReport:
+    """A whole run: the machine, the sizes, one report per backend."""
+
+    machine: dict[str, Any]
+    sizes: Sizes
+    backends: list[BackendReport]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchReport:
+        """The report :meth:`to_json` wrote (to re-render a saved run as Markdown)."""
+        reports = []
+        for backend in data["backends"]:
+            reports.append(
+                BackendReport(
+                    backend=backend["backend"],
+                    server=backend["server"],
+                    server_version=backend["server_version"],
+                    append={name: AppendStats(**stats) for name, stats in backend["append"].items()},
+                    load={k: {n: TimingStats(**t) for n, t in v.items()} for k, v in backend["load"].items()},
+                    list_sessions={
+                        k: {n: TimingStats(**t) for n, t in v.items()}
+                        for k, v in backend["list_sessions"].items()
+                    },
+                    concurrent={
+                        k: {mode: ConcurrentStats(**run) for mode, run in v.items()}
+                        for k, v in backend["concurrent"].items()
+                    },
+                    agent_load={
+                        count: {kind: LatencyStats(**stats) for kind, stats in kinds.items()}
+                        for count, kinds in backend.get("agent_load", {}).items()
+                    },
+                    transfer=TransferStats(**backend["transfer"]) if backend.get("transfer") else None,
+                    targets=[
+                        Verdict(**{key: value for key, value in target.items() if key != "met"})
+                        for target in backend["targets"]
+                    ],
+                    seconds=backend["seconds"],
+                )
+            )
+        sizes: dict[str, Any] = {key: value for key, value in data["sizes"].items()}
+        sizes.update(load_messages=tuple(sizes["load_messages"]), list_sessions=tuple(sizes["list_sessions"]))
+        if "agent_loads" in sizes:
+            sizes["agent_loads"] = tuple(sizes["agent_loads"])
+        return cls(data["machine"], Sizes(**sizes), reports)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data; each target carries its ``met`` flag."""
+        data = asdict(self)
+        for backend, report in zip(data["backends"], self.backends, strict=True):
+            for target, verdict in zip(backend["targets"], report.targets, strict=True):
+                target["met"] = verdict.met
+        return data
+
+
+def check(condition: bool, what: str) -> None:
+    """The benchmark measures what it claims, or stops."""
+    if not condition:
+        raise RuntimeError(f"benchmark sanity check failed: {what}")
