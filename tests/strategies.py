@@ -1,6 +1,6 @@
 """Hypothesis strategies for everything a zett session stores.
 
-Values are drawn from the edges the issue names: unicode, emoji and astral-plane
+Values are drawn from the edges a store must keep: unicode, emoji and astral-plane
 characters, NUL and the characters SQL literals escape, image bytes, microsecond
 timestamps in several zones, durations from 0 ns to days (and the 64-bit limit),
 token counts up to 2**40. Every value drawn here is valid input, so it must come

@@ -1,4 +1,4 @@
-"""Several processes sharing one store (issue: share one store across services)."""
+"""Several processes sharing one store: appends from many processes, racing snapshots."""
 
 from __future__ import annotations
 

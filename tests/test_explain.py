@@ -1,6 +1,6 @@
 """The indexes serve exactly the queries the storage makes, checked with EXPLAIN.
 
-From the benchmark issue: load reads the raw-log tail by sequence
+Load reads the raw-log tail by sequence
 (``ux_raw_session_sequence``: ``WHERE session_id = ? AND sequence > ? ORDER BY
 sequence``) and list_sessions reads live sessions by activity (``ix_agent_sessions_activity``:
 ``WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC LIMIT ?``, past

@@ -1,4 +1,4 @@
-"""Faults, from part 5 of the "Share one store across services" issue.
+"""Faults: what a store shared across services must survive.
 
 * A writer killed with SIGKILL inside its append transaction leaves no partial row:
   the counter row never drifts from the stored messages (all three backends).

@@ -1,4 +1,4 @@
-"""Pooled deployments, from part 7 of the "Share one store across services" issue.
+"""Pooled deployments: chatledger behind PgBouncer in transaction pooling mode.
 
 asyncpg behind PgBouncer in transaction pooling mode: the store's ``pgbouncer=True``
 option (no client-side pool, no cached or reused prepared-statement names) with the

@@ -1,4 +1,4 @@
-"""Least privilege, from part 6 of the "Share one store across services" issue.
+"""Least privilege: a schema owner that migrates and a runtime role that only reads and writes rows.
 
 Two roles, as the README sets them up (the statements below are the README's):
 

@@ -1,6 +1,6 @@
 """DSN resolution: which database a store opens, and which async driver it uses.
 
-Rule (from the chatledger ledger issue): the ``dsn`` argument, else the
+Rule: the ``dsn`` argument, else the
 ``CHATLEDGER_DSN`` environment variable, else the embedded default, a SQLite file
 at :func:`default_sqlite_path`. Plain scheme names map to the async drivers:
 

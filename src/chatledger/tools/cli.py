@@ -5,7 +5,7 @@ Every subcommand is one :class:`Command` in :data:`COMMANDS` (name, help, its
 arguments, and an async ``run`` returning the exit status), so a new one is one
 small function and one entry.
 
-DSN rule, for every subcommand (from the chatledger ledger issue, see
+DSN rule, for every subcommand (see
 :func:`chatledger.dsn.resolve_dsn`): ``--dsn``, else ``CHATLEDGER_DSN``, else the
 embedded SQLite default. Output shows a DSN only through
 :func:`chatledger.dsn.display`, so a password is never printed.

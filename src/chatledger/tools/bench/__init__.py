@@ -5,7 +5,7 @@ stores, the floor, seeding), :mod:`.measure` and :mod:`.load` (the measurements)
 :mod:`.report` (targets and tables); this module runs them per backend and is the
 command line.
 
-From the chatledger benchmark issue: per backend, in one run on one machine and the
+Per backend, in one run on one machine and the
 same database servers, with rounds interleaved (each round runs every contender once,
 in a shuffled order) so that machine drift hits every contender alike, it measures
 
@@ -15,7 +15,7 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
   call, through SQLAlchemy Core on chatledger's async driver and engine settings;
   and chatledger's append under the setting its default trades against (the
   *variant*): ``sqlite_synchronous="NORMAL"`` against the durable ``FULL`` on SQLite,
-  the pool's pre-ping against none on the servers;
+  the pool's pre-ping against none on the servers (for the load too);
 * **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
   messages, against a 50-message session (no checkpoint); chatledger without its
   load cache here (every load a first load, as zett's are), so that this measures
@@ -181,6 +181,11 @@ async def bench_backend(
                 "chatledger": open_store("chatledger", databases.ledger, {"load_cache_messages": 0}),
             }
             opened.append(readers["chatledger"])
+            # The load under the variant's setting too (on the servers: the pool's pre-ping).
+            readers[rules.variant_name] = open_store(
+                "chatledger", databases.ledger, {**rules.variant[1], "load_cache_messages": 0}
+            )
+            opened.append(readers[rules.variant_name])
             load_calls: dict[tuple[str, str], Call] = {
                 (kind, label): functools.partial(store.load, session_id)
                 for kind, store in readers.items()

@@ -13,7 +13,7 @@ from .results import CONTENDERS, STORES, BackendReport, BenchReport, Sizes, Verd
 
 
 def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
-    """The issue's targets, as ratios of this backend's medians."""
+    """The benchmark's targets, as ratios of this backend's medians."""
     append = report.append
     load = report.load["chatledger"]
     largest_load, largest_list = str(max(sizes.load_messages)), str(max(sizes.list_sessions))
@@ -206,6 +206,21 @@ def table_rows(report: BackendReport, sizes: Sizes) -> list[tuple[str, ...]]:
                 *cells,
             )
         )
+    for name, by_size in load.items():
+        if name.startswith("chatledger, "):  # the variant (the servers: with pre-ping)
+            label, largest = name.removeprefix("chatledger, "), str(max(sizes.load_messages))
+            ratio = load["chatledger"][largest].median_ms / by_size[largest].median_ms
+            rows.append(
+                (
+                    f"load, checkpoint + {sizes.tail} of {int(largest):,}, ms, {label}",
+                    f"{by_size[largest].median_ms:.2f}",
+                    "",
+                    "",
+                    f"default/{label} {ratio:.2f}",
+                    "",
+                    "",
+                )
+            )
     rows += agent_load_rows(report, sizes, verdict_cells)
     lists = report.list_sessions
     for count in sizes.list_sessions:

@@ -23,7 +23,7 @@ MARK = "@@N@@"
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much the benchmark does; the defaults are the issue's sizes.
+    """How much the benchmark does; the defaults are the full run's sizes.
 
     Attributes:
         append_rounds: interleaved rounds of the append measurement.
@@ -87,7 +87,7 @@ class Sizes:
 
 
 #: ``--quick``: a smoke run of every measurement in well under a minute per backend.
-#: The issue's sizes.
+#: The full run's sizes.
 FULL = Sizes()
 
 QUICK = Sizes(
@@ -182,7 +182,7 @@ class TransferStats:
 
 @dataclass
 class Verdict:
-    """One target of the issue: ``value op bound``."""
+    """One target of the benchmark: ``value op bound``."""
 
     name: str
     description: str
