@@ -10,14 +10,13 @@
   a throwaway server (this machine's shared server trusts local logins).
 * MariaDB's snapshot isolation error 1020 ("Record has changed since it was read") is
   transient: provoked on MariaDB 10.11 with ``innodb_snapshot_isolation=ON`` (the
-  default from 11.8), retried; a MariaDB 11.8 server, when
-  ``CHATLEDGER_TEST_MARIADB118_DSN`` names one, runs contended appends and snapshots.
+  default from 11.8), retried; on the MariaDB 11.8 target, contended appends and
+  snapshots stay consistent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -32,12 +31,12 @@ from zett_agent.messages import ToolMessage, UserMessage
 
 from chatledger import ConfigurationError, SnapshotConflict
 from chatledger.dialects import Failure, classify
-from chatledger.dsn import resolve_dsn
 from chatledger.engine import Ledger
 from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import Server, Servers
+from .conftest import Database
 from .throwaway import (
     ThrowawayPostgres,
     ledger_state,
@@ -293,18 +292,11 @@ async def test_mariadb_record_changed_1020_is_transient_and_retried(
         await ledger.close()
 
 
-def _mariadb118_dsn() -> str | None:
-    return os.environ.get("CHATLEDGER_TEST_MARIADB118_DSN") or None
-
-
-@pytest.mark.skipif(
-    _mariadb118_dsn() is None, reason="CHATLEDGER_TEST_MARIADB118_DSN names no MariaDB 11.8 server"
-)
-async def test_mariadb118_contended_appends_and_snapshots_stay_consistent() -> None:
-    dsn = _mariadb118_dsn()
-    assert dsn is not None
-    server = Server("mysql", resolve_dsn(dsn))
-    async with migrated_database(server) as url, LedgerSessionStorage(url, pool_size=8) as storage:
+@pytest.mark.requires("snapshot_isolation_default")
+async def test_mariadb118_contended_appends_and_snapshots_stay_consistent(database: Database) -> None:
+    """MariaDB 11.8 with innodb_snapshot_isolation on, as it ships (the suite's
+    mysql-mariadb-11.8 target)."""
+    async with LedgerSessionStorage(database.url, pool_size=8) as storage:
         session = f"m118-{uuid.uuid4().hex[:8]}"
         writers, appends = 6, 20
         conflicts = 0

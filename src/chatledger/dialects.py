@@ -28,7 +28,7 @@ from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .options import LedgerOptions
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
@@ -518,6 +518,22 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({18}),
     ),
 }
+
+
+def create_engine(url: URL, **options: Any) -> AsyncEngine:
+    """SQLAlchemy's ``create_async_engine``, with a missing driver reported as the extra
+    that installs it.
+
+    Raises:
+        ImportError: the dialect's driver is not installed; the message gives the
+            ``pip install 'chatledger[...]'`` line.
+        ValueError: a dialect chatledger does not serve.
+    """
+    extra = rules(url.get_backend_name()).driver_extra
+    try:
+        return create_async_engine(url, **options)
+    except ModuleNotFoundError as error:
+        raise ImportError(f"the {error.name} driver is missing: pip install 'chatledger[{extra}]'") from error
 
 
 def pgbouncer_connect_args() -> dict[str, Any]:

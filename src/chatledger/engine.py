@@ -14,7 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import NullPool
 from tenacity import (
     AsyncRetrying,
@@ -99,12 +99,7 @@ class Ledger:
                 pool_timeout=self.options.pool_timeout,
                 pool_recycle=self.options.pool_recycle,
             )
-        try:
-            self.engine: AsyncEngine = create_async_engine(self.url, **engine_options)
-        except ModuleNotFoundError as error:
-            raise ImportError(
-                f"the {error.name} driver is missing: pip install 'chatledger[{self.rules.driver_extra}]'"
-            ) from error
+        self.engine: AsyncEngine = dialects.create_engine(self.url, **engine_options)
         dialects.configure_engine(self.engine, self.options)
         dialects.release_cancelled_statements(self.engine)
         dialects.configure_galera(self.engine)

@@ -112,13 +112,12 @@ _ALEMBIC_RUN = threading.Lock()
 async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
     """Run ``work`` on a fresh async connection to ``url``, in one committed transaction
     (no schema lock: for reads and tests)."""
-    from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
     path = sqlite_file(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, poolclass=NullPool)
+    engine = dialects.create_engine(url, poolclass=NullPool)
     try:
         async with engine.begin() as connection:
             return await connection.run_sync(work)
@@ -142,14 +141,13 @@ async def run_locked(
         SchemaNotReady: the lock was not granted within ``lock_timeout`` seconds.
         ValueError: ``lock_timeout`` is not a positive number of seconds.
     """
-    from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.pool import NullPool
 
     _check_lock_timeout(lock_timeout)
     path = sqlite_file(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, poolclass=NullPool, connect_args=dict(connect_args or {}))
+    engine = dialects.create_engine(url, poolclass=NullPool, connect_args=dict(connect_args or {}))
     dialects.configure_migration_engine(engine, lock_timeout=lock_timeout)
     try:
         async with (

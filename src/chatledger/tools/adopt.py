@@ -56,7 +56,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.types import TypeDecorator
@@ -568,7 +567,7 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
     rules = _RULES[backend]
     report = AdoptReport(database=display(url), backend=backend, dry_run=dry_run)
     tell: Say = say or (lambda _line: None)
-    engine = create_async_engine(url, poolclass=NullPool)
+    engine = dialects.create_engine(url, poolclass=NullPool)
     dialects.configure_engine(engine, LedgerOptions(lock_timeout=30.0))
     try:
         async with engine.connect() as conn:
