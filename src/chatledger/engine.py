@@ -104,7 +104,7 @@ class Ledger:
         dialects.release_cancelled_statements(self.engine)
         dialects.configure_galera(self.engine)
         self.auto_upgrade = (
-            self.options.auto_upgrade if self.options.auto_upgrade is not None else self.dialect == "sqlite"
+            self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.rules.server
         )
         self._ready = False
         self._closed = False
