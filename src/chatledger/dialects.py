@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
+from sqlalchemy import ColumnElement, and_, bindparam, case, event, func, or_, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
@@ -87,6 +87,32 @@ def _session_row(insert: Callable[..., Any], last_sequence: Any = None) -> Any:
     return insert(table).values(values)
 
 
+#: The session fields an append given them sets on an existing session, as zett's own
+#: store does (``None`` keeps the stored value).
+_APPEND_FIELDS = ("title", "agent_name")
+
+
+def _field_updates(new: Any) -> list[tuple[str, Any]]:
+    """An append's assignments of the given session fields to an existing counter row.
+
+    Each field given (not NULL in ``new``, the row the append would have inserted)
+    replaces the stored one, and ``fields_version`` goes up by one when that changes
+    anything: a compare-and-set read before (``update_session``'s
+    ``expected_version``) then conflicts instead of overwriting the append's value.
+    Absent or unchanged values change nothing, so the append costs no statement more.
+    ``fields_version`` comes first: MySQL assigns left to right, each assignment
+    seeing the ones before it, so it must compare against the stored fields.
+    """
+    table = sessions_table
+    changed = or_(
+        *(and_(new[name].is_not(None), new[name].is_distinct_from(table.c[name])) for name in _APPEND_FIELDS)
+    )
+    return [
+        ("fields_version", table.c.fields_version + case((changed, 1), else_=0)),
+        *((name, func.coalesce(new[name], table.c[name])) for name in _APPEND_FIELDS),
+    ]
+
+
 def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) -> Any:
     """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE`` on the counter row,
     ``RETURNING`` the new sequence.
@@ -94,13 +120,15 @@ def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) ->
     The conflict clause takes the row lock, so concurrent appenders to one session
     queue behind each other's transaction (and behind a delete, which updates the
     row first); its WHERE leaves the row alone (and returns nothing) when the parent
-    does not match or the session is a tombstone.
+    does not match or the session is a tombstone. The given title and agent name
+    update the row in the same statement (:func:`_field_updates`).
     """
     table = sessions_table
     statement = _session_row(insert)
     return statement.on_conflict_do_update(
         index_elements=[table.c.id],
         set_={
+            **dict(_field_updates(statement.excluded)),
             "last_sequence": table.c.last_sequence + 1,
             "updated_at": greatest(table.c.updated_at, statement.excluded.updated_at),
         },
@@ -136,18 +164,25 @@ def _mysql_counter() -> Any:
     """MySQL: ``INSERT .. ON DUPLICATE KEY UPDATE`` on the counter row, the new sequence
     handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch or a tombstone).
 
-    A refused append leaves ``updated_at`` advanced too: the caller raises, which
-    rolls the transaction back."""
+    A refused append leaves ``updated_at`` and the given fields changed too: the caller
+    raises, which rolls the transaction back. The assignments run in list order
+    (:func:`_field_updates`)."""
     table = sessions_table
     statement = _session_row(mysql.insert, last_sequence=func.last_insert_id(1))
     return statement.on_duplicate_key_update(
-        last_sequence=func.if_(
-            table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
-            & table.c.deleted_at.is_(None),
-            func.last_insert_id(table.c.last_sequence + 1),
-            table.c.last_sequence + func.last_insert_id(0),
-        ),
-        updated_at=func.greatest(table.c.updated_at, statement.inserted.updated_at),
+        [
+            *_field_updates(statement.inserted),
+            (
+                "last_sequence",
+                func.if_(
+                    table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
+                    & table.c.deleted_at.is_(None),
+                    func.last_insert_id(table.c.last_sequence + 1),
+                    table.c.last_sequence + func.last_insert_id(0),
+                ),
+            ),
+            ("updated_at", func.greatest(table.c.updated_at, statement.inserted.updated_at)),
+        ]
     )
 
 
