@@ -4,7 +4,8 @@ Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
 SQLAlchemy's dialect name: the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
-lost connection, a configuration the server refuses, a statement too large), the
+lost connection, a configuration the server refuses, a statement too large, a table
+or column missing from the schema), the
 isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
 never moves back), the schema lock of migrations, and the set-up of every new
 connection (lock timeouts; SQLite's pragmas, explicit transactions and the clean-up of
@@ -330,6 +331,9 @@ class Failure(enum.Enum):
     CONFIGURATION = "configuration"
     #: A statement or value larger than the server accepts.
     TOO_LARGE = "too large"
+    #: A table or column the statement names does not exist: the database's schema
+    #: is not the one the migrations create (older, hand-made, or changed by hand).
+    SCHEMA = "schema"
     #: Anything else: the statement's own failure (a constraint, a syntax error).
     OTHER = "other"
 
@@ -380,6 +384,12 @@ class DialectRules:
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
     #: Driver error codes of a statement or value larger than the server accepts.
     too_large_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a table or column that does not exist: the schema is not
+    #: the one chatledger's migrations create.
+    schema_codes: frozenset[str | int] = frozenset()
+    #: Parts of driver messages that say the same, where the code does not (SQLite
+    #: reports every such error as its generic ``SQLITE_ERROR``).
+    schema_messages: tuple[str, ...] = ()
     #: Driver error codes of a table that does not exist (any more): a migration
     #: dropped it between the listing of the tables and the read. None on SQLite,
     #: whose read transaction lists and reads from one snapshot.
@@ -495,6 +505,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="postgres",
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
+        schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
         missing_table_codes=frozenset({"42P01"}),  # undefined_table
     ),
     "mysql": DialectRules(
@@ -532,6 +543,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="mysql",
         # ER_NET_PACKET_TOO_LARGE
         too_large_codes=frozenset({1153}),
+        schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
         missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
     ),
     "sqlite": DialectRules(
@@ -551,6 +563,8 @@ RULES: dict[str, DialectRules] = {
         server=False,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
+        # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
+        schema_messages=("no such column", "has no column named", "no such table"),
     ),
 }
 
@@ -630,6 +644,8 @@ def classify(dialect_name: str, error: DBAPIError) -> Failure:
         return Failure.TOO_LARGE
     if code in found.configuration_hints:
         return Failure.CONFIGURATION
+    if code in found.schema_codes or any(part in str(error.orig) for part in found.schema_messages):
+        return Failure.SCHEMA
     if code in found.transient_codes or found.transient_exceptions & _class_names(error.orig):
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
