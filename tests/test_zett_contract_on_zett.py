@@ -56,6 +56,13 @@ for _name, (_, _reason) in DIFFERENCES.items():
     globals()[_name] = _differs(getattr(zett_contract, _name), _reason)
 
 
+def test_each_difference_is_a_row_of_the_readme() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Where it differs from zett-agent's own store", 1)[1].split("\n## ", 1)[0]
+    for row, _ in DIFFERENCES.values():
+        assert f"\n| {row} |" in table, row
+
+
 @pytest.fixture
 async def storage(tmp_path: Path) -> AsyncIterator[Any]:
     from zett_agent.storage import SQLSessionStorage
