@@ -1,7 +1,10 @@
-"""Bad input raises ValueError (TypeError for a wrong type) naming the field, before any
-statement runs; afterwards no session row and no message exist.
+"""Bad input raises ValueError (``chatledger.WrongType``, a TypeError and a ValueError,
+for a wrong type) naming the field, before any statement runs; afterwards no session
+row and no message exist.
 
-Each case is its own test, on every backend. "Before any statement runs" is checked
+Each case is its own test, on every backend. Each case also runs once on zett-agent's
+own store: where that refuses the input with ``ValueError`` or ``TypeError``,
+chatledger's error is of that class too, so zett's callers catch it. "Before any statement runs" is checked
 with a SQLAlchemy ``before_cursor_execute`` listener on the storage's engine, and
 "nothing written" by counting every table's rows before and after.
 """
@@ -10,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Awaitable, Callable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
@@ -30,6 +34,7 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 
+from chatledger import WrongType
 from chatledger.schema import raw_messages_table, sessions_table, snapshots_table
 from chatledger.zett import LedgerSessionStorage
 
@@ -148,13 +153,13 @@ CASES = [
     Case("session_id-256-astral-characters", append(session_id="😀" * 256), "session_id"),
     Case("session_id-nul", append(session_id="a\x00b"), "session_id"),
     Case("session_id-lone-surrogate", append(session_id=LONE_SURROGATE), "session_id"),
-    Case("session_id-int", append(session_id=42), "session_id", TypeError),
-    Case("session_id-none", append(session_id=None), "session_id", TypeError),
+    Case("session_id-int", append(session_id=42), "session_id", WrongType),
+    Case("session_id-none", append(session_id=None), "session_id", WrongType),
     Case("request_id-empty", append(request_id=""), "request_id"),
     Case("request_id-blank", append(request_id="   "), "request_id"),
     Case("request_id-256-characters", append(request_id=TOO_LONG_ID), "request_id"),
     Case("request_id-lone-surrogate", append(request_id=LONE_SURROGATE), "request_id"),
-    Case("request_id-bytes", append(request_id=b"req"), "request_id", TypeError),
+    Case("request_id-bytes", append(request_id=b"req"), "request_id", WrongType),
     Case("parent_session_id-empty", append(parent_session_id=""), "parent_session_id"),
     Case("parent_session_id-blank", append(parent_session_id="  "), "parent_session_id"),
     Case("parent_session_id-256-characters", append(parent_session_id=TOO_LONG_ID), "parent_session_id"),
@@ -174,14 +179,14 @@ CASES = [
     Case("metadata-none-key", append(metadata={None: "x"}), "metadata"),
     Case("metadata-lone-surrogate-value", append(metadata={"x": LONE_SURROGATE}), "metadata"),
     Case("metadata-lone-surrogate-key", append(metadata={LONE_SURROGATE: 1}), "metadata"),
-    Case("metadata-not-a-mapping", append(metadata=[("x", 1)]), "metadata", TypeError),
+    Case("metadata-not-a-mapping", append(metadata=[("x", 1)]), "metadata", WrongType),
     # -- tags --------------------------------------------------------------------
     Case("tags-empty-key", append(tags={"": "x"}), "tags"),
     Case("tags-blank-key", append(tags={" \t": "x"}), "tags"),
     Case("tags-nan", append(tags={"x": math.nan}), "tags"),
     Case("tags-int-key", append(tags={1: "x"}), "tags"),
     Case("tags-lone-surrogate", append(tags={"x": LONE_SURROGATE}), "tags"),
-    Case("tags-not-a-mapping", append(tags="x=1"), "tags", TypeError),
+    Case("tags-not-a-mapping", append(tags="x=1"), "tags", WrongType),
     # -- usage on a non-assistant message, and bad usage -------------------------
     Case("usage-on-user", append(usage=ModelUsage(input_tokens=1)), "usage"),
     Case(
@@ -215,11 +220,11 @@ CASES = [
         "usage-wrong-type",
         append(message=AssistantMessage(content="a"), usage={"input_tokens": 1}),
         "usage",
-        TypeError,
+        WrongType,
     ),
     # -- the message itself --------------------------------------------------------
     Case("checkpoint-in-raw-log", append(message=CompactedMessage(content="summary")), "CompactedMessage"),
-    Case("message-not-a-message", append(message={"role": "user", "content": "x"}), "message", TypeError),
+    Case("message-not-a-message", append(message={"role": "user", "content": "x"}), "message", WrongType),
     Case("message-lone-surrogate", append(message=UserMessage(content=LONE_SURROGATE)), "message"),
     Case(
         "message-nan-attribute",
@@ -230,6 +235,13 @@ CASES = [
         "message-object-attribute",
         append(message=UserMessage(content="x", attributes={"x": Opaque()})),
         "message",
+        WrongType,
+    ),
+    Case(
+        "message-set-attribute",
+        append(message=UserMessage(content="x", attributes={"x": {1, 2}})),
+        "message",
+        WrongType,
     ),
     Case(
         "message-int-key-attribute", append(message=UserMessage(content="x", attributes={1: "x"})), "message"
@@ -244,9 +256,9 @@ CASES = [
         append(message=AssistantMessage(tool_calls=(ToolCall("c", "t", {1: 2}),))),
         "message",
     ),
-    Case("message-field-of-wrong-type", append(message=UserMessage(content=123)), "message"),  # type: ignore[arg-type]
+    Case("message-field-of-wrong-type", append(message=UserMessage(content=123)), "message", WrongType),  # type: ignore[arg-type]
     # -- timing: naive datetimes, negative durations, ranges ---------------------
-    Case("timing-wrong-type", append(timing={"started_at": NOW}), "timing", TypeError),
+    Case("timing-wrong-type", append(timing={"started_at": NOW}), "timing", WrongType),
     Case(
         "timing-naive-started_at",
         append(timing=MessageTiming(started_at=NAIVE, completed_at=NOW, duration_ns=0)),
@@ -271,7 +283,7 @@ CASES = [
         "timing-string-started_at",
         append(timing=timing(started_at="2025-01-01T00:00:00Z")),
         "timing.started_at",
-        TypeError,
+        WrongType,
     ),
     Case("timing-negative-duration-zett", build_negative_timing, "duration_ns"),
     Case("timing-negative-duration_ns", append(timing=timing(duration_ns=-1)), "timing.duration_ns"),
@@ -286,7 +298,7 @@ CASES = [
         "timing.content_duration_ns",
     ),
     Case("timing-duration-over-64-bit", append(timing=timing(duration_ns=2**63)), "timing.duration_ns"),
-    Case("timing-float-duration", append(timing=timing(duration_ns=1.5)), "timing.duration_ns", TypeError),
+    Case("timing-float-duration", append(timing=timing(duration_ns=1.5)), "timing.duration_ns", WrongType),
     Case(
         "timing-before-year-1000-utc",
         append(timing=timing(started_at=datetime(1000, 1, 1, tzinfo=timezone(timedelta(hours=1))))),
@@ -303,7 +315,7 @@ CASES = [
     Case("title-201-characters", append(title="t" * 201), "title"),
     Case("title-nul", append(title="a\x00b"), "title"),
     Case("title-lone-surrogate", append(title=LONE_SURROGATE), "title"),
-    Case("title-int", append(title=5), "title", TypeError),
+    Case("title-int", append(title=5), "title", WrongType),
     Case("agent_name-empty", append(agent_name=""), "agent_name"),
     Case("agent_name-blank", append(agent_name="\n"), "agent_name"),
     Case("agent_name-65-characters", append(agent_name="a" * 65), "agent_name"),
@@ -316,7 +328,11 @@ CASES = [
     Case("create-agent_name-65-characters", create(agent_name="a" * 65), "agent_name"),
     Case("create-session_type-negative", create(session_type=-1), "session_type"),
     Case("create-session_type-over-32-bit", create(session_type=2**31), "session_type"),
-    Case("create-session_type-str", create(session_type="0"), "session_type", TypeError),
+    Case("create-session_type-str", create(session_type="0"), "session_type", WrongType),
+    Case("create-session_type-float", create(session_type=1.5), "session_type", WrongType),
+    Case("create-session_type-word", create(session_type="standard"), "session_type", WrongType),
+    Case("create-session_type-bool", create(session_type=True), "session_type", WrongType),
+    Case("create-session_type-none", create(session_type=None), "session_type", WrongType),
     Case("create-parent-empty", create(parent_session_id=""), "parent_session_id"),
     # -- snapshot arguments ------------------------------------------------------------
     Case("snapshot-session_id-empty", snapshot(session_id=""), "session_id"),
@@ -324,7 +340,7 @@ CASES = [
         "snapshot-not-a-checkpoint",
         snapshot(compacted_message=UserMessage(content="x")),
         "compacted_message",
-        TypeError,
+        WrongType,
     ),
     Case(
         "snapshot-checkpoint-nan-attribute",
@@ -337,9 +353,11 @@ CASES = [
         "snapshot-boundary-str",
         snapshot(compacted_through_sequence="1"),
         "compacted_through_sequence",
-        TypeError,
+        WrongType,
     ),
     Case("snapshot-expected_version-negative", snapshot(expected_version=-1), "expected_version"),
+    Case("snapshot-expected_version-str", snapshot(expected_version="0"), "expected_version", WrongType),
+    Case("snapshot-expected_version-float", snapshot(expected_version=0.5), "expected_version", WrongType),
     # -- update_session ------------------------------------------------------------
     Case("update-title-empty", method("update_session", title=""), "title"),
     Case("update-agent_name-65-characters", method("update_session", agent_name="a" * 65), "agent_name"),
@@ -356,12 +374,18 @@ CASES = [
         "list_sessions-limit-bool",
         method("list_sessions", with_session=False, limit=True),
         "limit",
-        TypeError,
+        WrongType,
     ),
     Case(
         "list_sessions-session_type-negative",
         method("list_sessions", with_session=False, session_types=[-1]),
         "session_type",
+    ),
+    Case(
+        "list_sessions-session_type-float",
+        method("list_sessions", with_session=False, session_types=[1.5]),
+        "session_type",
+        WrongType,
     ),
     Case("list_raw_messages-limit-negative", method("list_raw_messages", limit=-1), "limit"),
     Case("list_raw_messages-offset-negative", method("list_raw_messages", offset=-1), "offset"),
@@ -375,7 +399,7 @@ CASES = [
         method("list_raw_messages", through_sequence=0),
         "through_sequence",
     ),
-    Case("list_raw_messages-limit-str", method("list_raw_messages", limit="10"), "limit", TypeError),
+    Case("list_raw_messages-limit-str", method("list_raw_messages", limit="10"), "limit", WrongType),
     # -- reads with bad ids ------------------------------------------------------------
     Case("load-session_id-empty", lambda storage, _: storage.load(""), "session_id"),
     Case(
@@ -430,6 +454,45 @@ async def test_bad_input_is_refused_before_any_statement(
     assert await storage.get_session(session_id) is None
     assert await storage.list_raw_messages(session_id) == []
     assert await table_counts(storage) == before
+
+
+#: Cases of chatledger's own extras, which zett's store does not take.
+CHATLEDGER_ONLY = {"update-expected_version-zero"}
+
+
+@pytest.fixture(scope="module")
+async def zett_store(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    """zett-agent's own SQL store, on a SQLite file (it validates before it writes)."""
+    from zett_agent.storage import SQLSessionStorage
+
+    path = tmp_path_factory.mktemp("zett") / "zett.sqlite3"
+    store = SQLSessionStorage(f"sqlite+aiosqlite:///{path}")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "case",
+    [case for case in CASES if case.name not in CHATLEDGER_ONLY],
+    ids=[case.name for case in CASES if case.name not in CHATLEDGER_ONLY],
+)
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")  # zett's store given a None id
+async def test_error_is_of_the_class_zetts_store_raises(zett_store: Any, case: Case) -> None:
+    """A caller written against zett's store catches chatledger's error for the same input.
+
+    Where zett's store accepts the input, or fails another way (an ``AttributeError``
+    of a ``str`` method on a wrong type), chatledger's own rule applies alone.
+    """
+    try:
+        await case.call(zett_store, f"s-{uuid.uuid4()}")
+    except (ValueError, TypeError) as error:
+        for kind in (ValueError, TypeError):
+            if isinstance(error, kind):
+                assert issubclass(case.error, kind), f"zett's store raises {type(error).__name__}: {error}"
+    except Exception:
+        pass  # no caller of zett's store catches these for bad input
 
 
 async def test_snapshot_of_an_unknown_session_writes_nothing(

@@ -278,18 +278,33 @@ APPEND_STATEMENTS = {
 }
 
 
-async def test_exactly_once_costs_the_append_no_statement(database: Database, session_id: str) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"title": "changed", "agent_name": "changed"}],
+    ids=["without-fields", "changing-title-and-agent-name"],
+)
+async def test_exactly_once_costs_the_append_no_statement(
+    database: Database, session_id: str, fields: dict[str, str]
+) -> None:
+    """Neither exactly-once nor a title or agent name given (which the counter upsert
+    sets) costs the append a statement."""
     async with LedgerSessionStorage(database.url) as storage:
-        await storage.append(session_id, "r", UserMessage(content="warm"))
+        await storage.append(session_id, "r", UserMessage(content="warm"), title="first", agent_name="first")
         sent: list[str] = []
 
         @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
         def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
             sent.append(statement)
 
-        assert await storage.append(session_id, "r", UserMessage(content="counted")) == 2
+        assert await storage.append(session_id, "r", UserMessage(content="counted"), **fields) == 2
         expected = APPEND_STATEMENTS[database.backend]
         assert len(sent) == len(expected), sent
         assert all(
             statement.lstrip().startswith(start) for statement, start in zip(sent, expected, strict=True)
+        )
+        summary = await storage.get_session(session_id)
+        assert summary is not None
+        assert (summary.title, summary.agent_name) == (
+            fields.get("title", "first"),
+            fields.get("agent_name", "first"),
         )

@@ -2,7 +2,8 @@
 
 It shows the suite is implementation-neutral, and marks each place where chatledger
 differs from zett's own store on purpose (each an ``xfail`` with the reason, strict,
-so that a change on either side is noticed).
+so that a change on either side is noticed). Each reason is a row of the README's
+table "Where it differs from zett-agent's own store"; keep the two in step.
 """
 
 from __future__ import annotations
@@ -17,22 +18,26 @@ import pytest
 from . import zett_contract
 from .zett_contract import *  # noqa: F403 -- the conformance suite runs here, on zett's own store
 
-#: Where chatledger differs from zett-agent's own store on purpose, and why.
+#: Where chatledger differs from zett-agent's own store on purpose: the README row's
+#: behaviour cell ("Where it differs from zett-agent's own store") and the reason.
 DIFFERENCES = {
-    "test_snapshot_refuses_non_checkpoint_message": (
-        "zett's store writes a checkpoint that is not a CompactedMessage and fails only when it is "
-        "loaded; chatledger refuses it before writing"
-    ),
-    "test_append_sets_fields_only_on_creation": (
-        "zett's store overwrites title and agent name on every append; chatledger follows the "
-        "SessionStorage protocol's docstring: they initialise the session on its first append"
+    "test_append_strips_the_session_fields": (
+        "a title or agent name given to `append`",
+        "zett's store keeps a title or agent name given to append as it is (its create_session and "
+        "update_session strip them); chatledger strips them whichever call gives them",
     ),
     "test_timestamps_keep_microseconds_and_come_back_utc": (
-        "zett's store does not give back every MessageTiming field as it was given"
+        "aware datetimes",
+        "zett's store keeps the wall time of an aware datetime and drops its zone on SQLite and "
+        "MySQL (a time given in another zone comes back shifted); chatledger stores the instant",
     ),
-    "test_naive_datetimes_are_refused": "zett's store accepts naive datetimes; chatledger refuses them",
+    "test_naive_datetimes_are_refused": (
+        "naive datetimes",
+        "zett's store accepts naive datetimes; chatledger refuses them",
+    ),
     "test_bad_ids_are_refused_before_writing": (
-        "zett's store accepts empty, blank, NUL-bearing and unencodable ids; chatledger refuses them"
+        "empty, blank, NUL-bearing or unencodable ids",
+        "zett's store accepts empty, blank, NUL-bearing and unencodable ids; chatledger refuses them",
     ),
 }
 
@@ -47,8 +52,15 @@ def _differs(test: Callable[..., Awaitable[None]], reason: str) -> Callable[...,
     return pytest.mark.xfail(reason=reason, strict=True)(expected_to_fail)
 
 
-for _name, _reason in DIFFERENCES.items():
+for _name, (_, _reason) in DIFFERENCES.items():
     globals()[_name] = _differs(getattr(zett_contract, _name), _reason)
+
+
+def test_each_difference_is_a_row_of_the_readme() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("### Where it differs from zett-agent's own store", 1)[1].split("\n## ", 1)[0]
+    for row, _ in DIFFERENCES.values():
+        assert f"\n| {row} |" in table, row
 
 
 @pytest.fixture

@@ -438,6 +438,84 @@ async def test_update_session(storage: LedgerSessionStorage, session_id: str) ->
         await storage.update_session(session_id, title="x", expected_version=0)
 
 
+async def test_append_that_changes_a_field_bumps_fields_version(
+    storage: LedgerSessionStorage, session_id: str
+) -> None:
+    """Only a change counts: an append without fields, or with the stored values, leaves
+    ``fields_version`` alone, so a compare-and-set reader is not disturbed by it."""
+    await storage.create_session(session_id=session_id)
+    assert await storage.get_fields_version(session_id) == 1
+    await storage.append(session_id, "r", UserMessage(content="m1"))
+    assert await storage.get_fields_version(session_id) == 1
+    await storage.append(session_id, "r", UserMessage(content="m2"), title="A")
+    assert await storage.get_fields_version(session_id) == 2
+    await storage.append(session_id, "r", UserMessage(content="m3"), title=" A ", agent_name=None)
+    assert await storage.get_fields_version(session_id) == 2
+    await storage.append(session_id, "r", UserMessage(content="m4"), title="A", agent_name="x")
+    assert await storage.get_fields_version(session_id) == 3
+    await storage.append(session_id, "r", UserMessage(content="m5"), title="a", agent_name="y")
+    assert await storage.get_fields_version(session_id) == 4  # one append, one bump
+    summary = await storage.get_session(session_id)
+    assert summary is not None and (summary.title, summary.agent_name, summary.message_count) == ("a", "y", 5)
+
+
+async def test_append_that_changes_a_field_defeats_a_stale_compare_and_set(
+    storage: LedgerSessionStorage, session_id: str
+) -> None:
+    """A title an append set is never overwritten silently by an update computed before it."""
+    await storage.append(session_id, "r", UserMessage(content="m1"), title="Draft")
+    read = await storage.get_fields_version(session_id)
+    assert read == 1
+    await storage.append(session_id, "r", UserMessage(content="m2"), title="From the agent")
+    with pytest.raises(VersionConflict, match="version 2, not 1"):
+        await storage.update_session(session_id, title="From the stale editor", expected_version=read)
+    summary = await storage.get_session(session_id)
+    assert summary is not None and summary.title == "From the agent"
+    # Read again, the editor's update goes through.
+    assert (await storage.update_session(session_id, title="Edited", expected_version=2)) is not None
+    assert await storage.get_fields_version(session_id) == 3
+
+
+async def test_concurrent_appends_with_fields_lose_no_change(database: Database, session_id: str) -> None:
+    count = 20
+    async with LedgerSessionStorage(database.url, pool_size=5, max_overflow=5) as storage:
+        await storage.create_session(session_id=session_id, agent_name="start")
+        sequences = await asyncio.gather(
+            *(
+                storage.append(
+                    session_id, f"r-{index}", UserMessage(content=f"m{index}"), title=f"title {index}"
+                )
+                for index in range(count)
+            )
+        )
+        assert sorted(sequences) == list(range(1, count + 1))
+        # Every append changed the title (each its own): one bump each, none lost.
+        assert await storage.get_fields_version(session_id) == 1 + count
+        summary = await storage.get_session(session_id)
+        assert summary is not None and summary.agent_name == "start"
+        # The title is the last appender's: the one whose message has the last sequence.
+        last = (await storage.list_raw_messages(session_id))[-1]
+        assert summary.title == f"title {last.request_id.removeprefix('r-')}"
+
+
+async def test_refused_append_changes_no_field(storage: LedgerSessionStorage, session_id: str) -> None:
+    parent = f"{session_id}-parent"
+    await storage.append(session_id, "r", UserMessage(content="m1"), parent_session_id=parent, title="Kept")
+    before = await storage.get_session(session_id)
+    with pytest.raises(ValueError, match="parent"):
+        await storage.append(session_id, "r", UserMessage(content="x"), title="Lost", agent_name="lost")
+    assert await storage.get_session(session_id) == before
+    assert await storage.get_fields_version(session_id) == 1
+
+    assert await storage.delete_session(session_id)
+    with pytest.raises(SessionDeleted):
+        await storage.append(
+            session_id, "r", UserMessage(content="late"), parent_session_id=parent, title="Late"
+        )
+    created = await storage.create_session(session_id=session_id)
+    assert (created.title, created.agent_name) == (None, None)
+
+
 async def test_delete_session(storage: LedgerSessionStorage, session_id: str) -> None:
     await append_users(storage, session_id, 3)
     await storage.snapshot(session_id, summary_of("m1..m2"), 2, 0)

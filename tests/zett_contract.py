@@ -212,11 +212,12 @@ async def test_request_id_is_not_an_idempotency_key(storage: ContractStorage, se
 
 async def test_snapshot_refuses_non_checkpoint_message(storage: ContractStorage, session_id: str) -> None:
     await append_users(storage, session_id, 1)
-    with pytest.raises(TypeError, match="compacted_message"):
-        await storage.snapshot(session_id, UserMessage(content="not a summary"), 1, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="CompactedMessage"):
+        await storage.snapshot(session_id, UserMessage(content="not a summary"), 1, 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"(?i)checkpoint"):
         await storage.append(session_id, "r", summary_of("belongs in snapshot()"))
     assert await storage.count_messages(session_id) == 1
+    assert (await storage.load(session_id)).snapshot is None
 
 
 async def test_raw_messages_unchanged_by_snapshot(storage: ContractStorage, session_id: str) -> None:
@@ -335,12 +336,79 @@ async def test_create_session(storage: ContractStorage, session_id: str) -> None
     assert await storage.get_session(f"{session_id}-bad") is None
 
 
-async def test_append_sets_fields_only_on_creation(storage: ContractStorage, session_id: str) -> None:
+async def test_append_updates_the_session_fields_it_is_given(
+    storage: ContractStorage, session_id: str
+) -> None:
+    """zett's own store: a title or agent name given on an append replaces the stored
+    one, ``None`` keeps it, and the session type and parent stay as created."""
+
+    async def fields() -> tuple[object, ...]:
+        summary = await storage.get_session(session_id)
+        assert summary is not None
+        return (summary.title, summary.agent_name, summary.session_type, summary.message_count)
+
+    await storage.create_session(session_id=session_id, session_type=3)
     await storage.append(session_id, "r", UserMessage(content="m1"), title="First", agent_name="alpha")
-    await storage.append(session_id, "r", UserMessage(content="m2"), title="Second", agent_name="beta")
+    assert await fields() == ("First", "alpha", 3, 1)
+    await storage.append(session_id, "r", UserMessage(content="m2"), title="Second")
+    assert await fields() == ("Second", "alpha", 3, 2)
+    await storage.append(session_id, "r", UserMessage(content="m3"), agent_name="beta")
+    assert await fields() == ("Second", "beta", 3, 3)
+    await storage.append(session_id, "r", UserMessage(content="m4"))
+    assert await fields() == ("Second", "beta", 3, 4)
+    view = await storage.load(session_id)
+    assert (view.title, view.agent_name, view.session_type, view.parent_session_id) == (
+        "Second",
+        "beta",
+        3,
+        None,
+    )
+    # Every append is activity, whatever fields it gives.
     summary = await storage.get_session(session_id)
-    assert summary is not None
-    assert (summary.title, summary.agent_name, summary.message_count) == ("First", "alpha", 2)
+    records = await storage.list_raw_messages(session_id)
+    assert summary is not None and summary.updated_at == records[-1].created_at
+
+    # An empty, blank or over-long value is refused, and its append writes nothing.
+    for bad in (
+        {"title": ""},
+        {"title": "  "},
+        {"title": "t" * 201},
+        {"agent_name": ""},
+        {"agent_name": "a" * 65},
+    ):
+        with pytest.raises(ValueError):
+            await storage.append(session_id, "r", UserMessage(content="never stored"), **bad)
+    assert await fields() == ("Second", "beta", 3, 4)
+    assert await storage.get_session(session_id) == summary
+
+
+async def test_append_strips_the_session_fields(storage: ContractStorage, session_id: str) -> None:
+    """Titles and agent names are stored stripped, as zett's create_session and
+    update_session store them, whichever call gives them."""
+    await storage.append(session_id, "r", UserMessage(content="m1"), title="  First ", agent_name="\talpha\n")
+    summary = await storage.get_session(session_id)
+    assert summary is not None and (summary.title, summary.agent_name) == ("First", "alpha")
+    await storage.append(session_id, "r", UserMessage(content="m2"), title=" Second  ")
+    summary = await storage.get_session(session_id)
+    assert summary is not None and (summary.title, summary.agent_name) == ("Second", "alpha")
+
+
+async def test_wrong_types_zett_refuses_with_value_error(storage: ContractStorage, session_id: str) -> None:
+    """Where zett's own store raises ``ValueError`` for an argument of the wrong type,
+    so that its callers catch ``ValueError``: a session type that is no int, a
+    snapshot's ``expected_version`` that is no int. Nothing is written."""
+    for bad in (1.5, "standard", True, None):
+        with pytest.raises(ValueError, match="session_type"):
+            await storage.create_session(session_id=session_id, session_type=bad)
+        with pytest.raises(ValueError, match="session_type"):
+            await storage.list_sessions(session_types=[bad])
+    assert await storage.get_session(session_id) is None
+
+    await append_users(storage, session_id, 2)
+    for stale in ("0", 0.5, None):
+        with pytest.raises(ValueError):
+            await storage.snapshot(session_id, summary_of("typed wrong"), 1, stale)
+    assert (await storage.load(session_id)).snapshot is None
 
 
 async def test_get_session(storage: ContractStorage, session_id: str) -> None:

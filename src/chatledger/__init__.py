@@ -13,6 +13,7 @@ from .errors import (
     SnapshotConflict,
     StorageUnavailable,
     VersionConflict,
+    WrongType,
 )
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "SnapshotConflict",
     "StorageUnavailable",
     "VersionConflict",
+    "WrongType",
 ]
 __version__ = "0.1.0"

@@ -4,7 +4,8 @@ Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
 SQLAlchemy's dialect name: the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
-lost connection, a configuration the server refuses, a statement too large), the
+lost connection, a configuration the server refuses, a statement too large, a table
+or column missing from the schema), the
 isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
 never moves back), the schema lock of migrations, and the set-up of every new
 connection (lock timeouts; SQLite's pragmas, explicit transactions and the clean-up of
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, event, func, select, text
+from sqlalchemy import ColumnElement, and_, bindparam, case, event, func, or_, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
@@ -87,6 +88,32 @@ def _session_row(insert: Callable[..., Any], last_sequence: Any = None) -> Any:
     return insert(table).values(values)
 
 
+#: The session fields an append given them sets on an existing session, as zett's own
+#: store does (``None`` keeps the stored value).
+_APPEND_FIELDS = ("title", "agent_name")
+
+
+def _field_updates(new: Any) -> list[tuple[str, Any]]:
+    """An append's assignments of the given session fields to an existing counter row.
+
+    Each field given (not NULL in ``new``, the row the append would have inserted)
+    replaces the stored one, and ``fields_version`` goes up by one when that changes
+    anything: a compare-and-set read before (``update_session``'s
+    ``expected_version``) then conflicts instead of overwriting the append's value.
+    Absent or unchanged values change nothing, so the append costs no statement more.
+    ``fields_version`` comes first: MySQL assigns left to right, each assignment
+    seeing the ones before it, so it must compare against the stored fields.
+    """
+    table = sessions_table
+    changed = or_(
+        *(and_(new[name].is_not(None), new[name].is_distinct_from(table.c[name])) for name in _APPEND_FIELDS)
+    )
+    return [
+        ("fields_version", table.c.fields_version + case((changed, 1), else_=0)),
+        *((name, func.coalesce(new[name], table.c[name])) for name in _APPEND_FIELDS),
+    ]
+
+
 def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) -> Any:
     """PostgreSQL and SQLite: ``INSERT .. ON CONFLICT (id) DO UPDATE`` on the counter row,
     ``RETURNING`` the new sequence.
@@ -94,13 +121,15 @@ def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) ->
     The conflict clause takes the row lock, so concurrent appenders to one session
     queue behind each other's transaction (and behind a delete, which updates the
     row first); its WHERE leaves the row alone (and returns nothing) when the parent
-    does not match or the session is a tombstone.
+    does not match or the session is a tombstone. The given title and agent name
+    update the row in the same statement (:func:`_field_updates`).
     """
     table = sessions_table
     statement = _session_row(insert)
     return statement.on_conflict_do_update(
         index_elements=[table.c.id],
         set_={
+            **dict(_field_updates(statement.excluded)),
             "last_sequence": table.c.last_sequence + 1,
             "updated_at": greatest(table.c.updated_at, statement.excluded.updated_at),
         },
@@ -136,18 +165,25 @@ def _mysql_counter() -> Any:
     """MySQL: ``INSERT .. ON DUPLICATE KEY UPDATE`` on the counter row, the new sequence
     handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch or a tombstone).
 
-    A refused append leaves ``updated_at`` advanced too: the caller raises, which
-    rolls the transaction back."""
+    A refused append leaves ``updated_at`` and the given fields changed too: the caller
+    raises, which rolls the transaction back. The assignments run in list order
+    (:func:`_field_updates`)."""
     table = sessions_table
     statement = _session_row(mysql.insert, last_sequence=func.last_insert_id(1))
     return statement.on_duplicate_key_update(
-        last_sequence=func.if_(
-            table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
-            & table.c.deleted_at.is_(None),
-            func.last_insert_id(table.c.last_sequence + 1),
-            table.c.last_sequence + func.last_insert_id(0),
-        ),
-        updated_at=func.greatest(table.c.updated_at, statement.inserted.updated_at),
+        [
+            *_field_updates(statement.inserted),
+            (
+                "last_sequence",
+                func.if_(
+                    table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
+                    & table.c.deleted_at.is_(None),
+                    func.last_insert_id(table.c.last_sequence + 1),
+                    table.c.last_sequence + func.last_insert_id(0),
+                ),
+            ),
+            ("updated_at", func.greatest(table.c.updated_at, statement.inserted.updated_at)),
+        ]
     )
 
 
@@ -295,6 +331,9 @@ class Failure(enum.Enum):
     CONFIGURATION = "configuration"
     #: A statement or value larger than the server accepts.
     TOO_LARGE = "too large"
+    #: A table or column the statement names does not exist: the database's schema
+    #: is not the one the migrations create (older, hand-made, or changed by hand).
+    SCHEMA = "schema"
     #: Anything else: the statement's own failure (a constraint, a syntax error).
     OTHER = "other"
 
@@ -345,6 +384,12 @@ class DialectRules:
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
     #: Driver error codes of a statement or value larger than the server accepts.
     too_large_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a table or column that does not exist: the schema is not
+    #: the one chatledger's migrations create.
+    schema_codes: frozenset[str | int] = frozenset()
+    #: Parts of driver messages that say the same, where the code does not (SQLite
+    #: reports every such error as its generic ``SQLITE_ERROR``).
+    schema_messages: tuple[str, ...] = ()
     #: Driver error codes of a table that does not exist (any more): a migration
     #: dropped it between the listing of the tables and the read. None on SQLite,
     #: whose read transaction lists and reads from one snapshot.
@@ -460,6 +505,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="postgres",
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
+        schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
         missing_table_codes=frozenset({"42P01"}),  # undefined_table
     ),
     "mysql": DialectRules(
@@ -497,6 +543,7 @@ RULES: dict[str, DialectRules] = {
         driver_extra="mysql",
         # ER_NET_PACKET_TOO_LARGE
         too_large_codes=frozenset({1153}),
+        schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
         missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
     ),
     "sqlite": DialectRules(
@@ -516,6 +563,8 @@ RULES: dict[str, DialectRules] = {
         server=False,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
+        # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
+        schema_messages=("no such column", "has no column named", "no such table"),
     ),
 }
 
@@ -595,6 +644,8 @@ def classify(dialect_name: str, error: DBAPIError) -> Failure:
         return Failure.TOO_LARGE
     if code in found.configuration_hints:
         return Failure.CONFIGURATION
+    if code in found.schema_codes or any(part in str(error.orig) for part in found.schema_messages):
+        return Failure.SCHEMA
     if code in found.transient_codes or found.transient_exceptions & _class_names(error.orig):
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:

@@ -227,15 +227,16 @@ class Ledger:
         for attempt in range(2):
             try:
                 return await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
-            except DBAPIError as error:
-                if not dialects.missing_table(self.dialect, error):
+            except SchemaNotReady as error:
+                missing = error.__cause__
+                if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.dialect, missing):
                     raise
                 if attempt:
                     raise SchemaNotReady(
                         f"the revision of database {display(self.url)} could not be read: a table "
                         "vanished while it was read, twice (a migration under way?); try again once "
-                        f"the upgrade is done. The server said: {error.orig}"
-                    ) from error
+                        f"the upgrade is done. The server said: {missing.orig}"
+                    ) from missing
         raise AssertionError("unreachable")
 
     async def check_statement_size(self, field: str, *texts: str) -> None:
@@ -276,6 +277,9 @@ class Ledger:
             ConfigurationError: the server refused the configuration (database, login,
                 privilege); never retried.
             ValueError: the server refused a statement as too large; nothing written.
+            SchemaNotReady: the database is not at a revision this chatledger runs on,
+                or lacks a table or column it uses (a hand-made or hand-changed
+                schema); the message names ``chatledger check``. Nothing written.
         """
         return await self._run(work, write=True, settle=settle, write_id=write_id)
 
@@ -322,7 +326,7 @@ class Ledger:
                         if settle is None:
                             raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
                     raise
-                except (StorageUnavailable, ConfigurationError):
+                except (StorageUnavailable, ConfigurationError, SchemaNotReady):
                     raise
                 except Exception:
                     # The work failed: a repeat of a write that was committed (by an
@@ -377,7 +381,8 @@ class Ledger:
 
     async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
         """One transaction. A failure a retry can cure raises :class:`_Retry`; a
-        configuration or size failure its own error; anything else is ``work``'s own."""
+        configuration, size or schema failure its own error (``ConfigurationError``,
+        ``ValueError``, ``SchemaNotReady``); anything else is ``work``'s own."""
         committing = committed = False
         try:
             async with self.engine.connect() as conn:
@@ -400,6 +405,18 @@ class Ledger:
                 raise ConfigurationError(
                     f"{display(self.url)}: {dialects.configuration_hint(self.dialect, error, self.url)}. "
                     f"The server said: {error.orig}"
+                ) from error
+            if failure is dialects.Failure.SCHEMA:
+                # The revision check passed, yet a table or column is missing: check again
+                # on the next call (the database may have been downgraded or replaced).
+                self._ready = False
+                raise SchemaNotReady(
+                    f"database {display(self.url)} lacks a table or column this chatledger uses, "
+                    f"so its schema is not the one revision {migrate.head_revision()} creates (an "
+                    "older or hand-made schema, or one changed by hand); nothing was written. Run "
+                    "`chatledger check --dsn DSN` to see where it stands, then `chatledger upgrade "
+                    "--dsn DSN` as the schema owner (a database zett-agent's own store wrote: "
+                    f"`chatledger adopt --dsn DSN`). The server said: {error.orig}"
                 ) from error
             if failure is dialects.Failure.TRANSIENT:
                 # Even out of the COMMIT: the server rolled the transaction back.

@@ -1,8 +1,8 @@
 """Errors raised by chatledger.
 
-All of them are ``ValueError`` or ``RuntimeError`` subclasses, so code written
-against zett-agent's storage contract (which raises ``ValueError`` for a stale
-snapshot version) keeps working unchanged.
+All of them are ``ValueError``, ``TypeError`` or ``RuntimeError`` subclasses, so
+code written against zett-agent's storage contract (which raises ``ValueError`` for a
+stale snapshot version or a bad session type) keeps working unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +17,18 @@ class SnapshotConflict(ChatledgerError, ValueError):
 
     The message contains "Snapshot conflict", as zett-agent's own store says; reload
     the session and compact again.
+    """
+
+
+class WrongType(ChatledgerError, TypeError, ValueError):
+    """An argument of the wrong type (a ``str`` where an ``int`` belongs, a ``dict``
+    for a message...), or a value inside a message of a type JSON cannot hold.
+
+    Both a ``TypeError``, which is what it is, and a ``ValueError``: zett-agent's own
+    store raises ``ValueError`` for some of these (``session_type=1.5``, a stale or
+    non-int ``expected_version``) and ``TypeError`` for others (an object its message
+    codec cannot encode), and its callers catch those; with this class both kinds of
+    caller stay right. The message names the field.
     """
 
 

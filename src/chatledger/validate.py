@@ -5,6 +5,10 @@ Rules come from zett-agent's storage contract and its ``SQLSessionStorage``
 limit positive, offset non-negative), widened where chatledger's schema is wider
 (ids up to 255 characters).
 
+A value of the wrong type raises :class:`chatledger.WrongType`, both a ``TypeError``
+and a ``ValueError`` (zett's store raises ``ValueError`` for some wrong types, such
+as a ``session_type`` of 1.5, so its callers catch that).
+
 Naive datetimes are refused (``ValueError``) on every backend rather than taken
 as UTC or local time: a stored instant must not depend on the machine's zone.
 Aware datetimes in any zone are stored, and read back, as the same instant in UTC.
@@ -16,6 +20,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from .errors import WrongType
 from .types import MAX_ID_LENGTH
 
 #: Largest value of a 64-bit signed integer column.
@@ -39,7 +44,7 @@ def utf8(value: object, field: str) -> str:
     """A string encodable as UTF-8 (no lone surrogate); NUL allowed, for values
     stored inside JSON, where it is escaped."""
     if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+        raise WrongType(f"{field} must be a str, not {type(value).__name__}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -52,7 +57,7 @@ def text(value: object, field: str) -> str:
     free of NUL (PostgreSQL text cannot hold U+0000).
 
     Raises:
-        TypeError: not a ``str``.
+        WrongType: not a ``str`` (a ``TypeError`` and a ``ValueError``).
         ValueError: a lone surrogate or a NUL character; names ``field``.
     """
     value = utf8(value, field)
@@ -105,7 +110,7 @@ def agent_name(value: object) -> str | None:
 def integer(value: object, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
     """An ``int`` (not ``bool``) from ``minimum`` up to ``maximum`` (the 64-bit limit)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field} must be an int, not {type(value).__name__}")
+        raise WrongType(f"{field} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{field} must be at least {minimum}, not {value}")
     if value > maximum:
@@ -134,12 +139,12 @@ def aware(value: object, field: str) -> datetime:
     """A timezone-aware datetime, returned in UTC.
 
     Raises:
-        TypeError: not a ``datetime``.
+        WrongType: not a ``datetime`` (a ``TypeError`` and a ``ValueError``).
         ValueError: a naive datetime (refused on every backend, never taken as
             UTC), or an instant outside :data:`MIN_INSTANT`..:data:`MAX_INSTANT`.
     """
     if not isinstance(value, datetime):
-        raise TypeError(f"{field} must be a datetime, not {type(value).__name__}")
+        raise WrongType(f"{field} must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{field} is a naive datetime; pass a timezone-aware one (UTC)")
     try:
@@ -227,6 +232,6 @@ def page(limit: object, offset: object) -> tuple[int, int]:
     """A listing's page: ``limit`` (a positive int) and ``offset`` (an int >= 0).
 
     Raises:
-        TypeError / ValueError: naming ``limit`` or ``offset``.
+        WrongType / ValueError: naming ``limit`` or ``offset``.
     """
     return integer(limit, "limit", minimum=1), integer(offset, "offset")

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import Column
 from typing_extensions import TypedDict
 from zett_agent.extensions.compaction import CompactedMessage
@@ -41,6 +41,7 @@ from zett_agent.model import ModelUsage
 from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages, encode_messages
 
 from .. import validate
+from ..errors import WrongType
 from ..schema import raw_messages_table
 
 _KINDS = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
@@ -84,31 +85,45 @@ def encode_message(message: object, field: str = "message") -> tuple[MessageKind
     stored that would not read back.
 
     Raises:
-        TypeError: ``message`` is not a zett-agent message.
-        ValueError: it cannot be encoded (NaN, infinity, an object JSON cannot hold,
-            a string that is not UTF-8), would not decode (a field of the wrong
-            type), or holds a non-string key. The message names ``field``.
+        WrongType: ``message`` is not a zett-agent message, holds an object JSON
+            cannot hold (zett's codec raises ``TypeError`` there; this is both), or
+            would not decode because a field has the wrong type (``content=123``).
+        ValueError: it cannot be encoded otherwise (NaN, infinity, a string that is
+            not UTF-8), would not decode for another reason, or holds a non-string
+            key. The message names ``field``.
     """
     kind = _KINDS.get(type(message))
     if kind is None:
-        raise TypeError(f"{field} must be a zett-agent message, not {type(message).__name__}")
+        raise WrongType(f"{field} must be a zett-agent message, not {type(message).__name__}")
     try:
         _check_keys(asdict(message), field)  # type: ignore[call-overload]
         payload = encode_messages([message])  # type: ignore[list-item]
     except (TypeError, ValueError, RecursionError) as error:
-        raise ValueError(f"{field} cannot be encoded: {_first_line(error)}") from None
+        raise _refusal(error)(f"{field} cannot be encoded: {_first_line(error)}") from None
     validate.text(payload, field)
     try:
         decode_messages(payload)
     except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"{field} would not read back from storage: {_first_line(error)}") from None
+        raise _refusal(error)(f"{field} would not read back from storage: {_first_line(error)}") from None
     return kind, payload
+
+
+def _refusal(error: Exception) -> type[ValueError]:
+    """:class:`WrongType` for a failure that is about a value's type (a ``TypeError``,
+    or a validation whose every error is pydantic's ``*_type``), else ``ValueError``."""
+    if isinstance(error, TypeError):
+        return WrongType
+    if isinstance(error, ValidationError) and all(
+        str(detail["type"]).endswith("_type") for detail in error.errors()
+    ):
+        return WrongType
+    return ValueError
 
 
 def context_json(value: Mapping[str, JsonValue] | None, field: str, *, nonempty_keys: bool = False) -> str:
     """``metadata`` or ``tags`` as JSON text, checked by zett's own ``json_object``."""
     if value is not None and not isinstance(value, Mapping):
-        raise TypeError(f"{field} must be a mapping, not {type(value).__name__}")
+        raise WrongType(f"{field} must be a mapping, not {type(value).__name__}")
     validate.json_depth(value, field)
     try:
         checked = json_object(value, field_name=field, nonempty_keys=nonempty_keys)
@@ -140,9 +155,9 @@ def raw_row(
     if kind is MessageKind.CHECKPOINT:
         raise ValueError("message is a CompactedMessage: checkpoints belong in snapshot(), not the raw log")
     if timing is not None and not isinstance(timing, MessageTiming):
-        raise TypeError(f"timing must be a MessageTiming, not {type(timing).__name__}")
+        raise WrongType(f"timing must be a MessageTiming, not {type(timing).__name__}")
     if usage is not None and not isinstance(usage, ModelUsage):
-        raise TypeError(f"usage must be a ModelUsage, not {type(usage).__name__}")
+        raise WrongType(f"usage must be a ModelUsage, not {type(usage).__name__}")
     if usage is not None and not isinstance(message, AssistantMessage):
         raise ValueError("usage belongs only to assistant messages (zett storage contract)")
     timing = timing or MessageTiming(started_at=now, completed_at=now, duration_ns=0)
@@ -331,7 +346,7 @@ def records(rows: Iterable[Any]) -> list[RawMessageRecord]:
 def snapshot_json(message: object) -> str:
     """A ``CompactedMessage`` as a snapshot's JSON envelope."""
     if not isinstance(message, CompactedMessage):
-        raise TypeError(f"compacted_message must be a CompactedMessage, not {type(message).__name__}")
+        raise WrongType(f"compacted_message must be a CompactedMessage, not {type(message).__name__}")
     return encode_message(message, "compacted_message")[1]
 
 

@@ -101,7 +101,8 @@ class LedgerSessionStorage:
         load_cache_messages: how many decoded raw messages :meth:`load` keeps for
             the sessions it loaded, least recently loaded session evicted first
             (each session counts its tail's messages plus one); 0 disables it.
-            ``TypeError`` / ``ValueError`` for a non-int or a negative number.
+            :class:`chatledger.WrongType` / ``ValueError`` for a non-int or a
+            negative number.
         **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
 
     One engine and pool per storage; :meth:`close` disposes of it, and the storage
@@ -231,11 +232,20 @@ class LedgerSessionStorage:
         """Append one immutable raw-log message; return its sequence.
 
         One transaction: the first append creates the session (with
-        ``parent_session_id``, ``title`` and ``agent_name``; later appends leave
-        those alone, per the zett storage contract), the counter row advances, and
-        the message is inserted with that sequence. Concurrent appenders queue on
-        the counter row, so there is never a gap or a duplicate. ``request_id`` is
-        a correlation id, not an idempotency key: repeating it appends again.
+        ``parent_session_id``, ``title`` and ``agent_name``, session type 0), the
+        counter row advances, and the message is inserted with that sequence.
+        Concurrent appenders queue on the counter row, so there is never a gap or a
+        duplicate. ``request_id`` is a correlation id, not an idempotency key:
+        repeating it appends again.
+
+        On an existing session, as zett's own store does, a ``title`` or
+        ``agent_name`` given replaces the stored one (``None`` keeps it; the session
+        type and parent never change), in the same statement as the counter. A
+        value that changes bumps the session's ``fields_version``, so that an
+        :meth:`update_session` compare-and-set read before it conflicts rather than
+        overwriting it; an absent or unchanged value bumps nothing. Like every
+        title and agent name chatledger stores, they are stripped of surrounding
+        whitespace.
 
         Sequences run 1, 2, 3... in a session's first generation. A session created
         again after a delete (``create_session(session_id=...)``) goes on from the
@@ -263,11 +273,12 @@ class LedgerSessionStorage:
                 parent different from the session's (the parent is immutable); a
                 ``message_id`` that is blank, longer than 36 characters, or already
                 the id of another session's message. Nothing is written then.
-            TypeError: an argument of the wrong type.
+            WrongType: an argument of the wrong type (a ``TypeError`` and a ``ValueError``).
             OutcomeUnknown: the COMMIT's answer was lost and the database stayed
                 unreachable for the retry budget; repeat the call with ``message_id``
                 set to the error's ``write_id``.
-            StorageUnavailable, ConfigurationError: see :meth:`chatledger.engine.Ledger.write`.
+            StorageUnavailable, ConfigurationError, SchemaNotReady: see
+                :meth:`chatledger.engine.Ledger.write`.
         """
         now = clock.utc_now()
         session_values: dict[str, Any] = {
@@ -549,8 +560,9 @@ class LedgerSessionStorage:
     ) -> SessionSummary | None:
         """Change the mutable fields; ``None`` leaves a field as it is.
 
-        Each update bumps the session's ``fields_version`` (so do a delete and a
-        create on a deleted id: a version read before them never matches again).
+        Each update bumps the session's ``fields_version`` (so do an append that
+        changes the title or agent name, and a delete and a create on a deleted id: a
+        version read before them never matches again).
         With ``expected_version`` it is a compare-and-set on that version (see
         :meth:`get_fields_version`). Returns ``None`` for an unknown or deleted session.
 
