@@ -24,7 +24,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from . import dialects, migrate, validate
+from . import adoption, dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
 from .errors import ConfigurationError, OutcomeUnknown, SchemaNotReady, StorageUnavailable
 from .options import LedgerOptions
@@ -179,18 +179,24 @@ class Ledger:
         (:func:`chatledger.migrate.upgrade_schema`): of many processes starting at
         once, one upgrades, the others wait for it and go on.
 
+        A database holding zett-agent's own tables and no chatledger revision is never
+        upgraded, ``auto_upgrade`` or not: it needs ``chatledger adopt``.
+
         Raises:
             SchemaNotReady: the database is behind (and not ``auto_upgrade``), or at a
                 newer revision this chatledger cannot run on, or the schema lock was
                 not granted within :data:`chatledger.migrate.LOCK_TIMEOUT`; the message
-                names both revisions and what to do.
+                names both revisions and what to do (for zett-agent's tables:
+                ``chatledger adopt --dsn DSN``).
         """
         if self._ready:
             return
         async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             if self._ready:
                 return
-            state = await self._read_state()
+            state, hint = await self._read_state()
+            if hint is not None:  # zett-agent's own tables: converted by adopt, never upgraded over
+                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint))
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
@@ -220,13 +226,15 @@ class Ledger:
                 self.statement_limit = int(limit)
             self._ready = True
 
-    async def _read_state(self) -> migrate.SchemaState:
-        """The schema state, read once more when a table vanished between the listing of
-        the tables and the read: an upgrade moving the revision to chatledger's own
-        table dropped ``alembic_version`` meanwhile."""
+    async def _read_state(self) -> tuple[migrate.SchemaState, str | None]:
+        """The schema state, and for a database without a chatledger revision the advice
+        to adopt zett-agent's tables it may hold (:func:`chatledger.adoption.state_and_hint`).
+        Read once more when a table vanished between the listing of the tables and the
+        read: an upgrade moving the revision to chatledger's own table dropped
+        ``alembic_version`` meanwhile."""
         for attempt in range(2):
             try:
-                return await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
+                return await self._run(lambda conn: conn.run_sync(adoption.state_and_hint), ready=False)
             except DBAPIError as error:
                 if not dialects.missing_table(self.dialect, error):
                     raise
