@@ -292,7 +292,9 @@ def adopt_hint(connection: Connection) -> str | None:
     """
     if migrate.current_revision(connection) is not None:
         return None
-    if not inspect(connection).has_table("agent_sessions"):
+    # The table listing, not has_table: MariaDB's DESCRIBE fails (error 1684) while
+    # another process's upgrade alters the table, which MySQL commits statement by statement.
+    if "agent_sessions" not in inspect(connection).get_table_names():
         return None
     return (
         "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "

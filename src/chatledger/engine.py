@@ -180,7 +180,9 @@ class Ledger:
         once, one upgrades, the others wait for it and go on.
 
         A database holding zett-agent's own tables and no chatledger revision is never
-        upgraded, ``auto_upgrade`` or not: it needs ``chatledger adopt``.
+        upgraded, ``auto_upgrade`` or not: it needs ``chatledger adopt``, which the
+        ``SchemaNotReady`` message names (``auto_upgrade``: the upgrade refuses it under
+        the schema lock, before any change).
 
         Raises:
             SchemaNotReady: the database is behind (and not ``auto_upgrade``), or at a
@@ -195,10 +197,11 @@ class Ledger:
             if self._ready:
                 return
             state, hint = await self._read_state()
-            if hint is not None:  # zett-agent's own tables: converted by adopt, never upgraded over
-                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint))
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
+            # zett-agent's own tables (hint) are refused by the upgrade under the schema lock,
+            # before any DDL: read without the lock, another process's upgrade half done on
+            # MySQL (its DDL commits statement by statement) would look like them.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:
@@ -219,7 +222,7 @@ class Ledger:
             if standing is migrate.Standing.AHEAD_COMPATIBLE:
                 logger.info("%s", migrate.describe(self.url, state))
             elif standing is not migrate.Standing.AT_HEAD:
-                raise SchemaNotReady(migrate.describe(self.url, state))
+                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint))
             query = self.rules.statement_limit_query
             if query is not None:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
