@@ -99,6 +99,46 @@ def fingerprint(connection: Connection) -> dict[str, Any]:
     return shape
 
 
+def catalog(connection: Connection) -> dict[str, Any]:
+    """Every table as the database defines it: columns (type as the dialect writes it,
+    nullability, default), indexes, primary key, check constraints, the DDL the server
+    keeps (SQLite's ``sqlite_master``, MySQL's ``SHOW CREATE TABLE``), and the rows of
+    the bookkeeping tables; so that two schemas made two ways can be compared."""
+    inspector = inspect(connection)
+    found: dict[str, Any] = {}
+    for name in sorted(inspector.get_table_names()):
+        entry: dict[str, Any] = {
+            "columns": [
+                (
+                    column["name"],
+                    str(column["type"].compile(dialect=connection.dialect)),
+                    column["nullable"],
+                    column.get("default"),
+                )
+                for column in inspector.get_columns(name)
+            ],
+            "indexes": sorted(
+                (str(index["name"]), tuple(index["column_names"]), bool(index["unique"]))
+                for index in inspector.get_indexes(name)
+            ),
+            "primary_key": inspector.get_pk_constraint(name),
+            "checks": inspector.get_check_constraints(name),
+        }
+        if connection.dialect.name == "sqlite":
+            # Whitespace aside: Alembic's --sql output indents with spaces, SQLAlchemy with tabs.
+            query = text("SELECT type, name, sql FROM sqlite_master WHERE tbl_name = :name")
+            entry["ddl"] = sorted(
+                (kind, index, " ".join((sql or "").split()))
+                for kind, index, sql in connection.execute(query, {"name": name})
+            )
+        elif connection.dialect.name == "mysql":
+            entry["ddl"] = connection.exec_driver_sql(f"SHOW CREATE TABLE {name}").one()[1]
+        if name in BOOKKEEPING:
+            entry["rows"] = sorted(tuple(row) for row in connection.execute(text(f"SELECT * FROM {name}")))
+        found[name] = entry
+    return found
+
+
 def revision_file(
     revision: str,
     upgrade: str,

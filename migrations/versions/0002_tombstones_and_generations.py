@@ -12,7 +12,8 @@ revision: code of revision 0001 must not run on this schema, since it would appe
 to tombstones and so revive deleted sessions.
 
 Frozen: this file imports nothing from chatledger. The column types are spelled
-out as ``chatledger.types`` renders them on each backend.
+out as ``chatledger.types`` renders them on each backend. (Added later, for ``--sql``
+only: the table SQLite rebuilds, given instead of reflected; online DDL is unchanged.)
 
 Revision ID: 0002
 Revises: 0001
@@ -33,10 +34,27 @@ depends_on: str | Sequence[str] | None = None
 #: The oldest revision whose code runs correctly on this schema.
 compatible_from = "0002"
 
+#: ``chatledger.types.Id``: VARCHAR(255); VARBINARY(1020) on MySQL.
+ID = sa.String(length=255).with_variant(mysql.VARBINARY(length=1020), "mysql")
 #: ``chatledger.types.UTCDateTime``: timestamptz, DATETIME(6) on MySQL, DATETIME text on SQLite.
 UTC_DATETIME = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql")
 #: ``chatledger.types.LongText``.
 LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql")
+
+
+def _rein_sessions_0001() -> sa.Table:
+    """``rein_sessions`` exactly as revision 0001 creates it."""
+    return sa.Table(
+        "rein_sessions",
+        sa.MetaData(),
+        sa.Column("id", ID, nullable=False),
+        sa.Column("version", sa.BigInteger(), nullable=False),
+        sa.Column("session_json", LONG_TEXT, nullable=False),
+        sa.Column("created_at", UTC_DATETIME, nullable=False),
+        sa.Column("updated_at", UTC_DATETIME, nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_rein_sessions"),
+        sa.Index("ix_rein_sessions_activity", "updated_at", "id"),
+    )
 
 
 def upgrade() -> None:
@@ -45,7 +63,10 @@ def upgrade() -> None:
     with op.batch_alter_table("agent_sessions") as batch:
         batch.add_column(sa.Column("deleted_at", UTC_DATETIME, nullable=True))
         batch.add_column(sa.Column("base_sequence", sa.BigInteger(), server_default="0", nullable=False))
-    with op.batch_alter_table("rein_sessions") as batch:
+    # Offline (--sql) SQLite's batch mode cannot reflect the table it rebuilds: it is given
+    # as revision 0001 left it. Online the live table is reflected, as always.
+    rein_sessions = _rein_sessions_0001() if op.get_context().as_sql else None
+    with op.batch_alter_table("rein_sessions", copy_from=rein_sessions) as batch:
         batch.alter_column("session_json", existing_type=LONG_TEXT, nullable=True)
         batch.add_column(sa.Column("write_id", sa.String(length=36), nullable=True))
     # list_sessions reads live sessions only (deleted_at IS NULL), newest first: with the

@@ -7,6 +7,7 @@ The zett-agent storage lives in :mod:`chatledger.zett`, the rein-agent store in
 from .errors import (
     ChatledgerError,
     ConfigurationError,
+    DowngradeRefused,
     OutcomeUnknown,
     SchemaNotReady,
     SessionDeleted,
@@ -19,6 +20,7 @@ from .errors import (
 __all__ = [
     "ChatledgerError",
     "ConfigurationError",
+    "DowngradeRefused",
     "OutcomeUnknown",
     "SchemaNotReady",
     "SessionDeleted",

@@ -35,6 +35,8 @@ from sqlalchemy.engine import Connection, Inspector
 from sqlalchemy.types import TypeEngine
 
 from . import migrate
+from .dsn import display
+from .errors import SchemaNotReady
 
 #: zett-agent's tables, in the order adoption converts them.
 ZETT_TABLES = ("agent_sessions", "raw_messages", "session_snapshots")
@@ -285,12 +287,35 @@ def adopt_hint(connection: Connection) -> str | None:
 
     Cheap (one catalog lookup and the revision), for ``chatledger upgrade``,
     ``chatledger check`` and the ``SchemaNotReady`` message to add to what they say.
+    The command names ``--dsn DSN``; the ``chatledger`` command puts the DSN it was
+    given in its place.
     """
     if migrate.current_revision(connection) is not None:
         return None
-    if not inspect(connection).has_table("agent_sessions"):
+    # The table listing, not has_table: MariaDB's DESCRIBE fails (error 1684) while
+    # another process's upgrade alters the table, which MySQL commits statement by statement.
+    if "agent_sessions" not in inspect(connection).get_table_names():
         return None
     return (
         "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "
         "run `chatledger adopt --dsn DSN` to convert them in place (`--dry-run` shows the steps first)"
     )
+
+
+def state_and_hint(connection: Connection) -> tuple[migrate.SchemaState, str | None]:
+    """The database's schema state (:func:`chatledger.migrate.read_state`) and, for one
+    without a chatledger revision, :func:`adopt_hint`'s sentence; reads only."""
+    state = migrate.read_state(connection)
+    return state, adopt_hint(connection) if state.revision is None else None
+
+
+def refuse_zett_tables(connection: Connection) -> None:
+    """Refuse to migrate a database holding zett-agent's own tables and no chatledger
+    revision: the first revision would create chatledger's tables over zett's.
+
+    Raises:
+        SchemaNotReady: naming ``chatledger adopt``, which converts them instead.
+    """
+    hint = adopt_hint(connection)
+    if hint is not None:
+        raise SchemaNotReady(f"not migrating database {display(connection.engine.url)}: {hint}")

@@ -7,9 +7,10 @@ rein-session upsert, the meaning of each error code (transient and safe to retry
 lost connection, a configuration the server refuses, a statement too large, a table
 or column missing from the schema), the
 isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
-never moves back), the schema lock of migrations, and the set-up of every new
-connection (lock timeouts; SQLite's pragmas, explicit transactions and the clean-up of
-a cancelled statement; Galera's causal reads).
+never moves back), the schema lock of migrations (online, and in the scripts of
+``--sql``), and the set-up of every new connection (lock timeouts; SQLite's pragmas,
+explicit transactions and the clean-up of a cancelled statement; Galera's causal
+reads).
 """
 
 from __future__ import annotations
@@ -808,6 +809,81 @@ MIGRATION_TRANSACTIONS: dict[str, MigrationTransaction] = {
     "mysql": _migration_transaction_mysql,
     "sqlite": _migration_transaction_sqlite,
 }
+
+
+@dataclass(frozen=True)
+class OfflineScript:
+    """A migration rendered as SQL (``--sql``) for the database's own client: opened and
+    closed as :data:`MIGRATION_TRANSACTIONS` runs it online, the schema lock included,
+    so that the script waits for (or stops at) an upgrade running meanwhile."""
+
+    #: How to run the script (``SCRIPT``) so that it stops at the first error.
+    client: str
+    #: What a failure halfway leaves behind, in lines of the script's header.
+    on_failure: tuple[str, ...]
+    #: Statements before the first revision, given the lock timeout in seconds.
+    begin: Callable[[float], tuple[str, ...]]
+    #: Statements after the last revision.
+    end: tuple[str, ...]
+
+
+def _offline_begin_postgresql(lock_timeout: float) -> tuple[str, ...]:
+    # Bounded like online; TO DEFAULT then gives the revisions the session's own value.
+    return (
+        "BEGIN;",
+        f"SET LOCAL lock_timeout = '{max(1, round(lock_timeout * 1000))}ms';",
+        f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});",
+        "SET LOCAL lock_timeout TO DEFAULT;",
+    )
+
+
+def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
+    # A script cannot test GET_LOCK's answer, so the statement fails when it is not 1:
+    # the second row then makes the scalar subquery an error ("Subquery returns more
+    # than 1 row"), and the client stops before the first change.
+    return (
+        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE GET_LOCK({_MYSQL_LOCK_NAME}, "
+        f"{max(1, math.ceil(lock_timeout))}) <> 1) AS chatledger_schema_lock;",
+    )
+
+
+def _offline_begin_sqlite(lock_timeout: float) -> tuple[str, ...]:
+    return (f"PRAGMA busy_timeout = {max(1, round(lock_timeout * 1000))};", "BEGIN IMMEDIATE;")
+
+
+#: Dialect name -> how its ``--sql`` script opens and closes.
+OFFLINE_SCRIPTS: dict[str, OfflineScript] = {
+    "postgresql": OfflineScript(
+        client="psql -v ON_ERROR_STOP=1 -d DATABASE -f SCRIPT",
+        on_failure=("It is one transaction: a failure changes nothing.",),
+        begin=_offline_begin_postgresql,
+        end=("COMMIT;",),
+    ),
+    "mysql": OfflineScript(
+        client="mysql DATABASE < SCRIPT",
+        on_failure=(
+            "MySQL/MariaDB commit every DDL statement on its own: a failure leaves the statements",
+            'before it applied (README, "Deploying: migrations"). Take a backup first.',
+        ),
+        begin=_offline_begin_mysql,
+        end=(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME});",),
+    ),
+    "sqlite": OfflineScript(
+        client="sqlite3 -bail DATABASE_FILE < SCRIPT",
+        on_failure=("It is one transaction: a failure changes nothing (-bail stops at the first error).",),
+        begin=_offline_begin_sqlite,
+        end=("COMMIT;",),
+    ),
+}
+
+
+def offline_script(dialect_name: str) -> OfflineScript:
+    """How a ``--sql`` script of the dialect opens and closes; ``ValueError`` for a
+    dialect chatledger does not serve."""
+    try:
+        return OFFLINE_SCRIPTS[dialect_name]
+    except KeyError:
+        raise ValueError(f"dialect {dialect_name!r} is not supported") from None
 
 
 def migration_transaction(

@@ -24,7 +24,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from . import dialects, migrate, validate
+from . import adoption, dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
 from .errors import ConfigurationError, OutcomeUnknown, SchemaNotReady, StorageUnavailable
 from .options import LedgerOptions
@@ -179,20 +179,29 @@ class Ledger:
         (:func:`chatledger.migrate.upgrade_schema`): of many processes starting at
         once, one upgrades, the others wait for it and go on.
 
+        A database holding zett-agent's own tables and no chatledger revision is never
+        upgraded, ``auto_upgrade`` or not: it needs ``chatledger adopt``, which the
+        ``SchemaNotReady`` message names (``auto_upgrade``: the upgrade refuses it under
+        the schema lock, before any change).
+
         Raises:
             SchemaNotReady: the database is behind (and not ``auto_upgrade``), or at a
                 newer revision this chatledger cannot run on, or the schema lock was
                 not granted within :data:`chatledger.migrate.LOCK_TIMEOUT`; the message
-                names both revisions and what to do.
+                names both revisions and what to do (for zett-agent's tables:
+                ``chatledger adopt --dsn DSN``).
         """
         if self._ready:
             return
         async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             if self._ready:
                 return
-            state = await self._read_state()
+            state, hint = await self._read_state()
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
+            # zett-agent's own tables (hint) are refused by the upgrade under the schema lock,
+            # before any DDL: read without the lock, another process's upgrade half done on
+            # MySQL (its DDL commits statement by statement) would look like them.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:
@@ -213,20 +222,22 @@ class Ledger:
             if standing is migrate.Standing.AHEAD_COMPATIBLE:
                 logger.info("%s", migrate.describe(self.url, state))
             elif standing is not migrate.Standing.AT_HEAD:
-                raise SchemaNotReady(migrate.describe(self.url, state))
+                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint))
             query = self.rules.statement_limit_query
             if query is not None:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
             self._ready = True
 
-    async def _read_state(self) -> migrate.SchemaState:
-        """The schema state, read once more when a table vanished between the listing of
-        the tables and the read: an upgrade moving the revision to chatledger's own
-        table dropped ``alembic_version`` meanwhile."""
+    async def _read_state(self) -> tuple[migrate.SchemaState, str | None]:
+        """The schema state, and for a database without a chatledger revision the advice
+        to adopt zett-agent's tables it may hold (:func:`chatledger.adoption.state_and_hint`).
+        Read once more when a table vanished between the listing of the tables and the
+        read: an upgrade moving the revision to chatledger's own table dropped
+        ``alembic_version`` meanwhile."""
         for attempt in range(2):
             try:
-                return await self._run(lambda conn: conn.run_sync(migrate.read_state), ready=False)
+                return await self._run(lambda conn: conn.run_sync(adoption.state_and_hint), ready=False)
             except SchemaNotReady as error:
                 missing = error.__cause__
                 if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.dialect, missing):

@@ -40,6 +40,16 @@ class SchemaNotReady(ChatledgerError, RuntimeError):
     """The database is not at the migration revision this chatledger needs."""
 
 
+class DowngradeRefused(ChatledgerError, ValueError):
+    """A downgrade would drop tables that hold rows, and was not told to drop them
+    (``chatledger downgrade --yes``); nothing was changed."""
+
+    def __init__(self, message: str, *, tables: dict[str, int]) -> None:
+        super().__init__(message)
+        #: Table -> the rows it holds, of the tables the downgrade would drop.
+        self.tables = tables
+
+
 class SessionDeleted(ChatledgerError, ValueError):
     """The session was deleted; its id keeps a tombstone so that no late writer
     (an append or a checkpoint computed before the delete) can revive it.

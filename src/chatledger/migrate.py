@@ -22,7 +22,12 @@ the same way:
   (so an application's own Alembic keeps ``alembic_version``), and its
   ``compatible_from`` (the rolling-deploy rule) in :data:`COMPATIBILITY_TABLE`. A
   revision recorded by an older chatledger in ``alembic_version`` moves over on the
-  next upgrade; until then it is read from there.
+  next upgrade; until then it is read from there;
+* **guarded**: no migration runs over zett-agent's own tables (``env.py`` refuses,
+  naming ``chatledger adopt``), and :func:`downgrade_database` drops no table that
+  holds rows unless told to;
+* **also offline**: :func:`write_upgrade_sql` writes an upgrade as a script for the
+  database's own client, the schema lock included (:mod:`chatledger.offline`).
 
 The revisions and their conventions: :mod:`chatledger.revisions`. What a database
 records and whether this chatledger can use it: :mod:`chatledger.versioning`; both are
@@ -32,17 +37,20 @@ re-exported here.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
+from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import URL, Connection
 
 from . import dialects
-from .dsn import display, resolve_dsn, sqlite_file
-from .errors import SchemaNotReady
+from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
+from .errors import DowngradeRefused, SchemaNotReady
 from .revisions import (
     Revisions,
     alembic_config,
@@ -51,6 +59,7 @@ from .revisions import (
     is_known,
     revisions,
     script_location,
+    tables_dropped,
 )
 from .versioning import (
     COMPATIBILITY_TABLE,
@@ -75,12 +84,15 @@ __all__ = [
     "Revisions",
     "SchemaState",
     "Standing",
+    "Upgrade",
     "adopt_legacy_revision",
     "alembic_config",
+    "apply_upgrade",
     "context_options",
     "current_revision",
     "database_revision",
     "database_state",
+    "default_notice",
     "describe",
     "downgrade_database",
     "head_revision",
@@ -94,8 +106,10 @@ __all__ = [
     "run_on_connection",
     "script_location",
     "standing",
+    "tables_dropped",
     "upgrade_database",
     "upgrade_schema",
+    "write_upgrade_sql",
 ]
 
 T = TypeVar("T")
@@ -198,6 +212,57 @@ async def _alembic(
     return await asyncio.to_thread(in_thread)
 
 
+@dataclass(frozen=True)
+class Upgrade:
+    """What an upgrade found and did."""
+
+    #: The state before, read under the schema lock.
+    before: SchemaState
+    #: The state after.
+    after: SchemaState
+    #: The revisions applied, oldest first; empty when there was nothing to do.
+    applied: tuple[str, ...]
+
+
+def _between(known: Revisions, before: str | None, after: str | None) -> tuple[str, ...]:
+    """The revisions after ``before`` up to ``after`` (the history is linear)."""
+    start = known.order.index(before) + 1 if known.knows(before) else 0
+    end = known.order.index(after) + 1 if known.knows(after) else start
+    return known.order[start:end]
+
+
+async def apply_upgrade(
+    dsn: str | URL | None = None,
+    revision: str = "head",
+    *,
+    script_location: str | Path | None = None,
+    connect_args: Mapping[str, Any] | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> Upgrade:
+    """Upgrade the database a DSN names (see :func:`chatledger.dsn.resolve_dsn`) to
+    ``revision``, serialised and atomic as this module's docstring says; return what it
+    found and did. A database at a revision the scripts do not know (a newer
+    chatledger migrated it) is left as it is.
+
+    Raises:
+        SchemaNotReady: the schema lock was not granted within ``lock_timeout`` seconds;
+            or the database holds zett-agent's own tables (``chatledger adopt``).
+        ValueError: ``lock_timeout`` is not a positive number of seconds.
+        alembic.util.CommandError: ``revision`` is not a valid target.
+    """
+    url = resolve_dsn(dsn)
+
+    def work(connection: Connection) -> Upgrade:
+        before = read_state(connection, script_location)
+        if before.revision is not None and not is_known(before.revision, script_location):
+            return Upgrade(before, before, ())
+        command.upgrade(alembic_config(connection, script_location), revision)
+        after = read_state(connection, script_location)
+        return Upgrade(before, after, _between(revisions(script_location), before.revision, after.revision))
+
+    return await _alembic(url, work, connect_args, lock_timeout)
+
+
 async def upgrade_schema(
     dsn: str | URL | None = None,
     revision: str = "head",
@@ -206,26 +271,11 @@ async def upgrade_schema(
     connect_args: Mapping[str, Any] | None = None,
     lock_timeout: float = LOCK_TIMEOUT,
 ) -> SchemaState:
-    """Upgrade the database a DSN names (see :func:`chatledger.dsn.resolve_dsn`) to
-    ``revision``, serialised and atomic as this module's docstring says; return its
-    state afterwards. A database at a revision the scripts do not know (a newer
-    chatledger migrated it) is left as it is.
-
-    Raises:
-        SchemaNotReady: the schema lock was not granted within ``lock_timeout`` seconds.
-        ValueError: ``lock_timeout`` is not a positive number of seconds.
-        alembic.util.CommandError: ``revision`` is not a valid target.
-    """
-    url = resolve_dsn(dsn)
-
-    def work(connection: Connection) -> SchemaState:
-        state = read_state(connection, script_location)
-        if state.revision is not None and not is_known(state.revision, script_location):
-            return state
-        command.upgrade(alembic_config(connection, script_location), revision)
-        return read_state(connection, script_location)
-
-    return await _alembic(url, work, connect_args, lock_timeout)
+    """:func:`apply_upgrade`, returning the database's state afterwards."""
+    done = await apply_upgrade(
+        dsn, revision, script_location=script_location, connect_args=connect_args, lock_timeout=lock_timeout
+    )
+    return done.after
 
 
 async def upgrade_database(
@@ -251,23 +301,87 @@ async def upgrade_database(
     return state.revision
 
 
+def write_upgrade_sql(
+    dsn: str | URL | None = None,
+    revision: str = "head",
+    *,
+    script_location: str | Path | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> None:
+    """Write the SQL of an upgrade to ``revision`` (``START:END`` for one from revision
+    ``START``; else from an empty database) for the dialect of the DSN, to stdout,
+    without connecting: Alembic's offline mode, see :mod:`chatledger.offline`.
+
+    Raises:
+        ValueError: ``lock_timeout`` is not a positive number of seconds.
+        alembic.util.CommandError: ``revision`` is not a valid target, or a step cannot
+            be rendered without the live database.
+    """
+    _check_lock_timeout(lock_timeout)
+    url = resolve_dsn(dsn)
+    config = alembic_config(location=script_location, url=url, lock_timeout=lock_timeout)
+    with _ALEMBIC_RUN:
+        command.upgrade(config, revision, sql=True)
+
+
 async def downgrade_database(
     dsn: str | URL | None,
     revision: str,
     *,
     script_location: str | Path | None = None,
     lock_timeout: float = LOCK_TIMEOUT,
+    drop_rows: bool = False,
 ) -> str | None:
     """Downgrade the database a DSN names to ``revision`` (``"base"`` drops every chatledger
     table), under the schema lock, atomically where DDL is transactional; return the
-    revision it is at afterwards."""
+    revision it is at afterwards.
+
+    Raises:
+        DowngradeRefused: the downgrade would drop tables that hold rows and
+            ``drop_rows`` is false; names them with their rows. Checked under the
+            schema lock before the first change: nothing was changed.
+    """
     url = resolve_dsn(dsn)
 
     def work(connection: Connection) -> str | None:
+        current = read_state(connection, script_location).revision
+        if not drop_rows and current is not None:
+            _refuse_dropping_rows(connection, url, current, revision, script_location)
         command.downgrade(alembic_config(connection, script_location), revision)
         return read_state(connection, script_location).revision
 
     return await _alembic(url, work, None, lock_timeout)
+
+
+def _refuse_dropping_rows(
+    connection: Connection, url: URL, current: str, target: str, location: str | Path | None
+) -> None:
+    present = set(inspect(connection).get_table_names())
+    rows = {
+        name: int(connection.scalar(select(func.count()).select_from(table(name))) or 0)
+        for name in tables_dropped(current, target, location)
+        if name in present
+    }
+    held = {name: count for name, count in rows.items() if count}
+    if held:
+        listed = ", ".join(f"{name} ({count} row{'s' if count > 1 else ''})" for name, count in held.items())
+        raise DowngradeRefused(
+            f"downgrading database {display(url)} from {current} to {target} would drop tables that "
+            f"hold rows: {listed}; nothing was changed. Drop them with `chatledger downgrade --yes` "
+            "(drop_rows=True), after a backup",
+            tables=held,
+        )
+
+
+def default_notice(dsn: str | URL | None, *, option: str = "--dsn") -> str | None:
+    """When neither ``dsn`` nor ``CHATLEDGER_DSN`` names a database: the sentence saying
+    that the embedded SQLite default is used, and where it is; else ``None``."""
+    if dsn or os.environ.get(DSN_ENV):
+        return None
+    return (
+        f"no {option} given and ${DSN_ENV} is not set: using the embedded database, "
+        f"the SQLite file {default_sqlite_path()}"
+    )
 
 
 async def database_state(

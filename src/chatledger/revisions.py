@@ -30,8 +30,8 @@ from functools import cache
 from pathlib import Path
 
 from alembic.config import Config
-from alembic.script import ScriptDirectory
-from sqlalchemy.engine import Connection
+from alembic.script import Script, ScriptDirectory
+from sqlalchemy.engine import URL, Connection
 
 
 @cache
@@ -47,18 +47,34 @@ def script_location() -> Path:
     raise RuntimeError("chatledger's migrations are missing from this installation")
 
 
-def alembic_config(connection: Connection | None = None, location: str | Path | None = None) -> Config:
+def alembic_config(
+    connection: Connection | None = None,
+    location: str | Path | None = None,
+    *,
+    url: URL | None = None,
+    lock_timeout: float | None = None,
+    adopting: bool = False,
+) -> Config:
     """An Alembic ``Config`` for the revisions in ``location`` (default: the shipped ones).
 
     With ``connection``, ``env.py`` runs the migrations on that (synchronous facade
     of an async) connection, inside the caller's transaction, which holds the schema
-    lock; without, it opens the database named by ``-x dsn=...``, ``CHATLEDGER_DSN`` or
-    the embedded default and takes the lock itself.
+    lock; without, it opens the database named by ``url``, else ``-x dsn=...``,
+    ``CHATLEDGER_DSN`` or the embedded default, and takes the lock itself, waiting
+    ``lock_timeout`` seconds (offline, ``--sql``: the script takes it). ``adopting``:
+    the run is ``chatledger adopt`` stamping zett-agent's converted tables, which
+    ``env.py`` otherwise refuses to migrate.
     """
     config = Config()
     config.set_main_option("script_location", str(location or script_location()))
     if connection is not None:
         config.attributes["connection"] = connection
+    if url is not None:
+        config.attributes["url"] = url
+    if lock_timeout is not None:
+        config.attributes["lock_timeout"] = lock_timeout
+    if adopting:
+        config.attributes["adopting"] = True
     return config
 
 
@@ -158,3 +174,42 @@ def imports_chatledger(path: Path) -> list[str]:
         ):
             found.append("." * node.level + (node.module or ""))
     return found
+
+
+def tables_dropped(upper: str, lower: str, location: str | Path | None = None) -> list[str]:
+    """The tables a downgrade from revision ``upper`` to ``lower`` (a revision, ``base``
+    or relative, as Alembic takes it) drops: the ``op.drop_table`` calls of each
+    ``downgrade()`` on the way, recorded, not run. Recorded for PostgreSQL, where no
+    operation needs the live table (SQLite's batch mode would); the revisions take no
+    dialect-specific path. An unknown revision yields none (the downgrade itself then
+    says what is wrong).
+
+    Alembic's ``op`` is process-wide: call it where no other Alembic run is under way.
+    """
+    import io
+
+    from alembic.operations import Operations, ops
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script.revision import RevisionError
+    from alembic.util import CommandError
+
+    script = ScriptDirectory.from_config(alembic_config(location=location))
+    try:
+        # As Alembic's own downgrade selects them (relative targets such as -2 included).
+        path = list(script.revision_map.iterate_revisions(upper, lower, select_for_downgrade=True))
+    except (CommandError, RevisionError):
+        return []
+    context = MigrationContext.configure(
+        dialect_name="postgresql", opts={"as_sql": True, "output_buffer": io.StringIO()}
+    )
+    recorded: list[ops.MigrateOperation] = []
+    with Operations.context(context) as operations:
+        operations.invoke = recorded.append  # type: ignore[method-assign,assignment]
+        for found in path:
+            assert isinstance(found, Script)
+            found.module.downgrade()
+    dropped: list[str] = []
+    for op in recorded:
+        if isinstance(op, ops.DropTableOp) and op.table_name not in dropped:
+            dropped.append(op.table_name)
+    return dropped

@@ -23,6 +23,7 @@ from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from sqlalchemy import Column, MetaData, String, Table, delete, insert, inspect, select
 from sqlalchemy.engine import URL, Connection
+from sqlalchemy.schema import CreateTable, DropTable
 
 from .dsn import display
 from .errors import SchemaNotReady
@@ -146,11 +147,30 @@ def record_compatibility(
     assert ctx.connection is not None and ctx.script is not None
     if len(heads) > 1:
         raise RuntimeError(f"chatledger's revision history is linear, the database has heads {heads}")
+    if ctx.as_sql:
+        _record_offline(ctx, step, heads)
+        return
     if not heads:  # at base: gone, as a downgrade to base drops every chatledger table
         _compatibility.drop(ctx.connection, checkfirst=True)
         return
     (revision,) = heads
     _record(ctx.connection, revision, revisions(ctx.script.dir).compatible_from[revision])
+
+
+def _record_offline(ctx: MigrationContext, step: MigrationInfo, heads: set[str]) -> None:
+    """:func:`record_compatibility` as SQL statements (``--sql``): a script cannot look
+    at the catalog, so the table is created by the step that leaves base (the database
+    had no chatledger table before it) and is there for every later one."""
+    assert ctx.script is not None
+    if not heads:
+        ctx.execute(DropTable(_compatibility, if_exists=True))
+        return
+    if not step.source_revision_ids:
+        ctx.execute(CreateTable(_compatibility))
+    (revision,) = heads
+    ctx.execute(delete(_compatibility))
+    compatible_from = revisions(ctx.script.dir).compatible_from[revision]
+    ctx.execute(insert(_compatibility).values(revision=revision, compatible_from=compatible_from))
 
 
 def context_options(metadata: MetaData) -> dict[str, Any]:
@@ -201,8 +221,14 @@ def standing(state: SchemaState, location: str | Path | None = None) -> Standing
     return Standing.AHEAD_INCOMPATIBLE
 
 
-def describe(url: URL, state: SchemaState, location: str | Path | None = None) -> str:
-    """One line on ``state``'s standing; for the ones that refuse, the command that fixes it."""
+def describe(
+    url: URL, state: SchemaState, location: str | Path | None = None, *, remedy: str | None = None
+) -> str:
+    """One line on ``state``'s standing; for the ones that refuse, the command that fixes it.
+
+    ``remedy`` replaces the advice to upgrade of a database that is behind (what to do
+    with a database holding zett-agent's own tables: :func:`chatledger.adoption.adopt_hint`).
+    """
     head = head_revision(location)
     where = f"database {display(url)}"
     kind = standing(state, location)
@@ -210,11 +236,11 @@ def describe(url: URL, state: SchemaState, location: str | Path | None = None) -
         note = f" (recorded in {LEGACY_VERSION_TABLE}; `chatledger upgrade` moves it)" if state.legacy else ""
         return f"{where} is at head ({head}){note}"
     if kind is Standing.BEHIND:
-        return (
-            f"{where} is at revision {state.revision or '<none>'}, chatledger needs {head}; run "
-            "`alembic upgrade head` (with CHATLEDGER_DSN set) from the chatledger repository, or "
+        advice = remedy or (
+            "run `alembic upgrade head` (with CHATLEDGER_DSN set) from the chatledger repository, or "
             "`chatledger upgrade --dsn DSN`, as the schema owner"
         )
+        return f"{where} is at revision {state.revision or '<none>'}, chatledger needs {head}; {advice}"
     if kind is Standing.AHEAD_COMPATIBLE:
         return (
             f"{where} is at revision {state.revision}, newer than this chatledger's {head}, and "

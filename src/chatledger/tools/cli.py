@@ -7,16 +7,20 @@ small function and one entry.
 
 DSN rule, for every subcommand (see
 :func:`chatledger.dsn.resolve_dsn`): ``--dsn``, else ``CHATLEDGER_DSN``, else the
-embedded SQLite default. Output shows a DSN only through
-:func:`chatledger.dsn.display`, so a password is never printed.
+embedded SQLite default; the schema commands say on stderr when they fall back on
+the embedded file, and where it is. Output shows a DSN only through
+:func:`chatledger.dsn.display`, so a password is never printed; advice naming a
+command (``chatledger adopt --dsn DSN``) names the DSN the command was given.
 
 Exit status: 0 success; 1 ``check`` found the database behind, ``import`` or
 ``copy`` found sessions differing from the target's (or refused, or a cut-off
-input), ``sessions show`` / ``delete`` found no such session or was not confirmed;
+input), ``sessions show`` / ``delete`` found no such session or was not confirmed,
+``downgrade`` would drop tables holding rows without ``--yes``;
 3 ``check`` found it at a newer revision this chatledger cannot run on; 2 a usage
-error (bad arguments or DSN, unreachable server, database not migrated, unknown
-revision, a schema ``adopt`` does not recognise, a malformed export, schema lock not
-granted in time): one line on stderr, no traceback; 130 interrupted.
+error (bad arguments or DSN, no such SQLite file, unreachable server, database not
+migrated, zett-agent's tables not adopted, unknown revision, a schema ``adopt`` does
+not recognise, a malformed export, schema lock not granted in time): one line on
+stderr, no traceback; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import __version__, migrate
-from ..dsn import DSN_ENV, display, resolve_dsn, sqlite_file
-from ..errors import ChatledgerError
+from ..dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
+from ..errors import ChatledgerError, DowngradeRefused, SchemaNotReady
 
 #: Exit status of a usage error (argparse uses the same).
 USAGE_ERROR = 2
@@ -55,11 +59,10 @@ class Command:
     run: Callable[[argparse.Namespace, Console], Awaitable[int]]
 
 
-def add_dsn(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+def add_dsn(parser: argparse.ArgumentParser) -> None:
     """The ``--dsn`` option every subcommand shares."""
     parser.add_argument(
         "--dsn",
-        required=required,
         help=f"database URL (postgresql://, mysql://, mariadb://, sqlite:///PATH); default: ${DSN_ENV}, "
         "else the embedded SQLite database",
     )
@@ -104,46 +107,103 @@ def add_lock_timeout(parser: argparse.ArgumentParser) -> None:
 
 def _configure_upgrade(parser: argparse.ArgumentParser) -> None:
     add_dsn(parser)
-    parser.add_argument("--revision", default="head", help="revision to upgrade to (default: head)")
+    parser.add_argument(
+        "--revision",
+        default="head",
+        help="revision to upgrade to (default: head); with --sql also FROM:TO, for a database at FROM",
+    )
+    parser.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the upgrade as SQL for the DSN's dialect, to review and run with the database's own "
+        "client, instead of running it (connects to nothing; from an empty database unless FROM:TO)",
+    )
     add_lock_timeout(parser)
 
 
 async def _upgrade(args: argparse.Namespace, console: Console) -> int:
     url = resolve_dsn(args.dsn)
-    reached = await migrate.upgrade_database(url, args.revision, lock_timeout=args.lock_timeout)
-    _say(console, f"{display(url)} is at revision {_revision(reached)}")
+    _note_default(args)
+    if args.sql:
+        await asyncio.to_thread(migrate.write_upgrade_sql, url, args.revision, lock_timeout=args.lock_timeout)
+        return 0
+    done = await migrate.apply_upgrade(url, args.revision, lock_timeout=args.lock_timeout)
+    if migrate.standing(done.after) is migrate.Standing.AHEAD_INCOMPATIBLE:
+        raise SchemaNotReady(migrate.describe(url, done.after))
+    _say(console, _upgraded(url, done))
     return 0
 
 
+def _upgraded(url: URL, done: migrate.Upgrade) -> str:
+    """What an upgrade did, in one line."""
+    head = migrate.head_revision()
+    reached = done.after.revision
+    at = f"head ({head})" if reached == head else f"revision {_revision(reached)}"
+    moved = (
+        f"; moved its revision from {migrate.LEGACY_VERSION_TABLE} to {migrate.VERSION_TABLE}"
+        if done.before.legacy and not done.after.legacy
+        else ""
+    )
+    if done.applied:
+        return f"applied {', '.join(done.applied)} to {display(url)}: now at {at}{moved}"
+    if migrate.standing(done.after) is migrate.Standing.AHEAD_COMPATIBLE:
+        return f"{migrate.describe(url, done.after)}: nothing to apply"
+    return f"{display(url)} is already at {at}: nothing to apply{moved}"
+
+
 def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
-    # Required, unlike elsewhere: a downgrade drops data, so it never falls back on a default.
-    add_dsn(parser, required=True)
+    add_dsn(parser)
     parser.add_argument("revision", help="revision to downgrade to; 'base' drops every chatledger table")
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="drop tables that hold rows (without it such a downgrade is refused and changes nothing)",
+    )
     add_lock_timeout(parser)
 
 
 async def _downgrade(args: argparse.Namespace, console: Console) -> int:
-    url = resolve_dsn(args.dsn)
-    reached = await migrate.downgrade_database(url, args.revision, lock_timeout=args.lock_timeout)
+    url = _existing(args)
+    try:
+        reached = await migrate.downgrade_database(
+            url, args.revision, lock_timeout=args.lock_timeout, drop_rows=args.yes
+        )
+    except DowngradeRefused as refused:
+        print(f"chatledger downgrade: {_concrete(str(refused), args.dsn)}", file=sys.stderr)
+        return 1
     _say(console, f"{display(url)} is at revision {_revision(reached)}")
     return 0
 
 
-async def _state(url: URL) -> migrate.SchemaState:
-    """The database's state; a SQLite file that does not exist yet has none (and is not created)."""
+def _existing(args: argparse.Namespace) -> URL:
+    """The database of a command that reads or changes an existing one: a SQLite file
+    that does not exist is an error, and is not created."""
+    url = resolve_dsn(args.dsn)
+    _note_default(args)
     path = sqlite_file(url)
-    if path is not None and not path.exists():
-        return migrate.SchemaState(None, None)
-    return await migrate.database_state(url)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return url
+
+
+async def _state(url: URL) -> tuple[migrate.SchemaState, str | None]:
+    """The database's state, and the advice to adopt zett-agent's tables it may hold."""
+    from ..adoption import state_and_hint
+
+    return await migrate.run_on_connection(url, state_and_hint)
 
 
 async def _current(args: argparse.Namespace, console: Console) -> int:
-    url = resolve_dsn(args.dsn)
-    state = await _state(url)
-    where = f" (in {migrate.LEGACY_VERSION_TABLE})" if state.legacy else ""
+    url = _existing(args)
+    state, hint = await _state(url)
     _say(console, f"database  {display(url)}")
-    _say(console, f"current   {_revision(state.revision)}{where}")
-    _say(console, f"serves    chatledger from revision {_revision(state.compatible_from)} on")
+    if state.revision is None:
+        remedy = hint or "run `chatledger upgrade --dsn DSN`"
+        _say(console, _concrete(f"current   no chatledger schema: {remedy}", args.dsn))
+    else:
+        where = f" (in {migrate.LEGACY_VERSION_TABLE})" if state.legacy else ""
+        _say(console, f"current   {state.revision}{where}")
+        _say(console, f"serves    chatledger from revision {_revision(state.compatible_from)} on")
     _say(console, f"head      {migrate.head_revision()}")
     _say(console, f"standing  {migrate.standing(state).value}")
     return 0
@@ -159,14 +219,34 @@ CHECK_STATUS = {
 
 
 async def _check(args: argparse.Namespace, console: Console) -> int:
-    url = resolve_dsn(args.dsn)
-    state = await _state(url)
+    url = _existing(args)
+    state, hint = await _state(url)
     status = CHECK_STATUS[migrate.standing(state)]
+    message = _concrete(migrate.describe(url, state, remedy=hint), args.dsn)
     if status:
-        print(f"chatledger check: {migrate.describe(url, state)}", file=sys.stderr)
+        print(f"chatledger check: {message}", file=sys.stderr)
     else:
-        _say(console, migrate.describe(url, state))
+        _say(console, message)
     return status
+
+
+def _note_default(args: argparse.Namespace) -> None:
+    """Say on stderr when a schema command falls back on the embedded database."""
+    notice = migrate.default_notice(args.dsn)
+    if notice is not None:
+        print(f"chatledger {args.command}: {notice}", file=sys.stderr)
+
+
+def _concrete(message: str, dsn: str | None) -> str:
+    """``message`` with the ``--dsn DSN`` of the commands it advises (the library's
+    wording) naming the database this command was given."""
+    if dsn:
+        given = _dsn_hint(dsn)
+    elif os.environ.get(DSN_ENV):
+        given = f'"${DSN_ENV}"'
+    else:
+        given = f"sqlite:///{default_sqlite_path()}"
+    return message.replace("--dsn DSN", f"--dsn {given}")
 
 
 # -- stress -------------------------------------------------------------------------
@@ -533,6 +613,8 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
             raise
         for other in dsns[1:]:
             message = _mask_password(message, other)
+        if len(dsns) == 1:
+            message = _concrete(message, dsns[0])
         print(f"chatledger {args.command}: {message}", file=sys.stderr)
         return USAGE_ERROR
     return status

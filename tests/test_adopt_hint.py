@@ -1,0 +1,99 @@
+"""A database zett-agent's own store wrote is never migrated over: the storage (also
+where it would upgrade itself), ``chatledger upgrade``, ``check`` and ``current`` and
+``alembic upgrade head`` name ``chatledger adopt --dsn ...`` instead, and change nothing.
+
+The databases are written by zett-agent's ``SQLSessionStorage`` itself, created as an
+application would (see ``tests/test_adopt.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import URL
+
+from chatledger import SchemaNotReady
+from chatledger.dsn import DSN_ENV, display
+from chatledger.migrate import head_revision, upgrade_database
+from chatledger.tools.cli import run
+from chatledger.zett import LedgerSessionStorage
+
+from .conftest import Database
+from .fresh import fresh_database
+from .schema_helpers import catalog, dsn_of, on_connection, run_alembic
+from .zett_data import write_zett_sessions, zett_read_back
+
+
+@pytest.fixture(autouse=True)
+def no_env_dsn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(DSN_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
+async def zett_db(database: Database, tmp_path: Path) -> AsyncIterator[tuple[URL, list[str]]]:
+    """A database zett-agent's own store wrote, and its session ids."""
+    async with fresh_database(
+        database.server, tmp_path, prefix="chatledger_hint", as_an_app_would=True
+    ) as url:
+        yield url, await write_zett_sessions(url)
+
+
+async def test_storage_names_adopt_and_never_upgrades_zett_tables(zett_db: tuple[URL, list[str]]) -> None:
+    url, ids = zett_db
+    schema, sessions = await on_connection(url, catalog), await zett_read_back(url, ids)
+    # The defaults (SQLite upgrades itself) and an explicit auto_upgrade alike.
+    for options in ({}, {"auto_upgrade": True}):
+        async with LedgerSessionStorage(url, **options) as storage:
+            with pytest.raises(SchemaNotReady) as raised:
+                await storage.load(ids[0])
+        message = str(raised.value)
+        assert "zett-agent's own tables" in message and "chatledger adopt --dsn DSN" in message
+        assert display(url) in message and "chatledger upgrade" not in message
+    with pytest.raises(SchemaNotReady, match="chatledger adopt"):
+        await upgrade_database(url)
+    assert await on_connection(url, catalog) == schema
+    assert await zett_read_back(url, ids) == sessions
+
+
+async def test_commands_name_adopt_with_the_dsn_given(
+    zett_db: tuple[URL, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = zett_db
+    dsn = dsn_of(url)
+    schema = await on_connection(url, catalog)
+
+    assert await run(["check", "--dsn", dsn]) == 1
+    error = capsys.readouterr().err
+    assert f"chatledger adopt --dsn {dsn}" in error and error.count("\n") == 1
+
+    assert await run(["upgrade", "--dsn", dsn]) == 2
+    error = capsys.readouterr().err
+    assert f"chatledger adopt --dsn {dsn}" in error and "already exists" not in error
+    assert error.count("\n") == 1
+
+    assert await run(["current", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "no chatledger schema: it holds zett-agent's own tables" in out
+    assert f"chatledger adopt --dsn {dsn}" in out
+
+    code, output = await run_alembic(url, "upgrade", "head")
+    assert code != 0 and "chatledger adopt --dsn DSN" in output, output
+    assert "Traceback" not in output
+    assert await on_connection(url, catalog) == schema
+
+    # Adopted, the same commands find chatledger's schema.
+    assert await run(["adopt", "--dsn", dsn]) == 0
+    assert await run(["check", "--dsn", dsn]) == 0
+    assert await run(["upgrade", "--dsn", dsn]) == 0
+    assert f"already at head ({head_revision()})" in capsys.readouterr().out
+
+
+async def test_hint_names_the_environment_variable_when_that_names_the_database(
+    zett_db: tuple[URL, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(DSN_ENV, dsn_of(zett_db[0]))
+    assert await run(["check"]) == 1
+    assert f'chatledger adopt --dsn "${DSN_ENV}"' in capsys.readouterr().err

@@ -1,0 +1,208 @@
+"""``chatledger upgrade --sql`` and ``alembic upgrade head --sql``: the upgrade as a script
+for the database's own client (psql, mariadb, sqlite3), rendered without a connection.
+
+Applied by that client, the script leaves exactly the schema an online upgrade leaves
+(catalogs and bookkeeping rows compared), from an empty database and from revision
+0001; and it takes chatledger's schema lock, so that it stops before any change while
+another migration holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+from zett_agent.messages import UserMessage
+
+from chatledger.dialects import SCHEMA_LOCK_KEY
+from chatledger.dsn import DSN_ENV
+from chatledger.migrate import head_revision, upgrade_database
+from chatledger.tools.cli import run
+from chatledger.zett import LedgerSessionStorage
+
+from .conftest import Database
+from .schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
+from .throwaway import _which, require
+
+PASSWORD = "pw-Sekr1t-do-not-print"
+
+#: The client a DBA runs the script with, per dialect (the first one found).
+CLIENTS = {"postgresql": ("psql",), "mysql": ("mariadb", "mysql"), "sqlite": ("sqlite3",)}
+
+
+@pytest.fixture(autouse=True)
+def no_env_dsn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(DSN_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture
+async def online(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
+    """An empty database to upgrade online, as the reference."""
+    async with fresh_database(database, tmp_path, "online") as url:
+        yield url
+
+
+@pytest.fixture
+async def scripted(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
+    """An empty database to upgrade with the script."""
+    async with fresh_database(database, tmp_path, "scripted") as url:
+        yield url
+
+
+def client_command(url: URL) -> list[str]:
+    """The database's own client for ``url``, reading the script from stdin."""
+    backend = url.get_backend_name()
+    client = _which(*CLIENTS[backend])
+    require(backend, None if client is not None else f"no {' or '.join(CLIENTS[backend])} client installed")
+    assert client is not None
+    if backend == "sqlite":
+        return [client, "-bail", str(url.database)]
+    if backend == "postgresql":
+        conninfo = url.set(drivername="postgresql").difference_update_query(["ssl"])
+        return [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", conninfo.render_as_string(False)]
+    password = [f"-p{url.password}"] if url.password else []
+    argv = [client, "--no-defaults", "--protocol=tcp", f"-h{url.host}", f"-P{url.port or 3306}"]
+    return [*argv, f"-u{url.username}", *password, str(url.database)]
+
+
+async def apply_script(url: URL, script: str) -> tuple[int, str]:
+    """Run ``script`` with the database's own client; (exit code, its output)."""
+    process = await asyncio.create_subprocess_exec(
+        *client_command(url),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(script.encode()), timeout=120)
+    return process.returncode or 0, output.decode(errors="replace")
+
+
+async def render(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The script ``chatledger upgrade --sql ARGV`` prints (exit status 0)."""
+    capsys.readouterr()
+    status = await run(["upgrade", "--sql", *argv])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    return captured.out
+
+
+async def test_script_applied_by_the_client_makes_the_online_schema(
+    online: URL, scripted: URL, capsys: pytest.CaptureFixture[str], session_id: str
+) -> None:
+    await upgrade_database(online)
+    script = await render(capsys, "--dsn", dsn_of(scripted))
+    assert "-- Running upgrade 0001 -> 0002" in script
+    code, output = await apply_script(scripted, script)
+    assert code == 0, output
+
+    assert await on_connection(scripted, catalog) == await on_connection(online, catalog)
+    assert await on_connection(scripted, drift) == []
+    assert await run(["check", "--dsn", dsn_of(scripted)]) == 0
+    async with LedgerSessionStorage(scripted) as storage:
+        assert await storage.append(session_id, "r", UserMessage(content="after the script")) == 1
+
+
+async def test_script_from_a_revision_upgrades_that_database(
+    online: URL, scripted: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--revision 0001:head``: for a database at 0001. On SQLite this is the table
+    rebuild of revision 0002, given the table instead of reflecting it."""
+    await upgrade_database(online)
+    await upgrade_database(scripted, "0001")
+    script = await render(capsys, "--dsn", dsn_of(scripted), "--revision", "0001:head")
+    assert "Running upgrade  -> 0001" not in script and "CREATE TABLE agent_sessions" not in script
+    code, output = await apply_script(scripted, script)
+    assert code == 0, output
+    assert await on_connection(scripted, catalog) == await on_connection(online, catalog)
+
+
+async def test_alembic_sql_prints_the_same_script(scripted: URL, capsys: pytest.CaptureFixture[str]) -> None:
+    """``alembic upgrade head --sql`` from the repository root: the same script on
+    stdout, and no connection (the database does not even have to exist)."""
+    ours = await render(capsys, "--dsn", dsn_of(scripted))
+    environment = {key: value for key, value in os.environ.items() if key != DSN_ENV}
+    process = await asyncio.create_subprocess_exec(
+        str(ALEMBIC),
+        "-x",
+        f"dsn={dsn_of(scripted)}",
+        "upgrade",
+        "head",
+        "--sql",
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == 0, err.decode()
+    assert out.decode() == ours
+
+
+async def test_script_waits_for_the_schema_lock_and_stops_before_any_change(
+    scripted: URL, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another migration holds chatledger's schema lock: the script waits up to its
+    lock timeout, then the client stops with an error, and nothing was created."""
+    script = await render(capsys, "--dsn", dsn_of(scripted), "--lock-timeout", "1")
+    empty = await on_connection(scripted, catalog)
+    if backend == "sqlite":
+        holder = sqlite3.connect(str(scripted.database), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            code, output = await apply_script(scripted, script)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert "locked" in output
+    else:
+        lock = (
+            f"SELECT pg_advisory_lock({SCHEMA_LOCK_KEY})"
+            if backend == "postgresql"
+            else "SELECT GET_LOCK(CONCAT('chatledger_schema_', MD5(DATABASE())), 0)"
+        )
+        engine = create_async_engine(scripted, poolclass=NullPool)
+        try:
+            async with engine.connect() as holder:
+                assert await holder.scalar(text(lock)) in (None, "", 1)
+                code, output = await apply_script(scripted, script)
+        finally:
+            await engine.dispose()
+        assert ("lock timeout" if backend == "postgresql" else "Subquery returns more than 1 row") in output
+    assert code != 0, output
+    assert await on_connection(scripted, catalog) == empty
+
+
+async def test_sql_needs_no_server_and_prints_no_password(capsys: pytest.CaptureFixture[str]) -> None:
+    for dsn, fragment in (
+        (f"postgresql://owner:{PASSWORD}@127.0.0.1:1/chat", f"pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"),
+        (f"mysql://owner:{PASSWORD}@127.0.0.1:1/chat", "GET_LOCK(CONCAT('chatledger_schema_'"),
+    ):
+        script = await render(capsys, "--dsn", dsn)
+        assert fragment in script and PASSWORD not in script
+        assert f"UPDATE chatledger_alembic_version SET version_num='{head_revision()}'" in script
+
+
+async def test_sql_without_a_dsn_renders_for_the_embedded_file_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default = tmp_path / "xdg" / "chatledger" / "chatledger.sqlite3"
+    assert await run(["upgrade", "--sql"]) == 0
+    captured = capsys.readouterr()
+    assert "BEGIN IMMEDIATE;" in captured.out and "for SQLite" in captured.out
+    assert "using the embedded database" in captured.err and str(default) in captured.err
+    assert not default.exists()
+
+
+async def test_sql_refuses_a_bad_revision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await run(["upgrade", "--sql", "--dsn", "postgresql://h/db", "--revision", "nonesuch"]) == 2
+    error = capsys.readouterr().err
+    assert "nonesuch" in error and error.count("\n") == 1
