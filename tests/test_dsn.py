@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
+from chatledger import SchemaNotReady
 from chatledger.dsn import DSN_ENV, display, resolve_dsn
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
@@ -249,3 +250,11 @@ except ModuleNotFoundError as error:
     name, message = done.stdout.strip().split("|")
     assert name.split(".")[0] == module  # the module that is missing, as Python names it
     assert message == f"{expected}: pip install 'chatledger[{extra}]'"
+
+
+async def test_a_database_behind_names_auto_upgrade(tmp_path: Path) -> None:
+    """auto_upgrade=True is other stores' create_tables; the refusal mentions it."""
+    async with LedgerSessionStorage(f"sqlite:///{tmp_path / 'empty.sqlite3'}", auto_upgrade=False) as storage:
+        with pytest.raises(SchemaNotReady, match="chatledger upgrade") as caught:
+            await storage.count_messages("s-1")
+        assert "auto_upgrade=True" in str(caught.value)
