@@ -10,6 +10,9 @@ name ("sqlite", "postgresql", "mysql").
   / ``CHATLEDGER_TEST_MYSQL_DSN`` (a server DSN whose user may create databases),
   for users with their own servers. CI points them at this machine's PostgreSQL 15
   and MariaDB 10.11.
+- ``postgresql-psycopg``: the server of ``CHATLEDGER_TEST_POSTGRES_DSN`` again,
+  through psycopg 3 (``postgresql+psycopg://``) instead of asyncpg; only where
+  psycopg is installed (the ``dev`` extra has it).
 - ``postgresql-17`` / ``mysql-mariadb-11.8``: containers started through
   testcontainers from the image of ``docker/build-images.sh``.
 - ``mysql-8.4``: the official MySQL image, only when ``CHATLEDGER_TEST_MYSQL8_IMAGE``
@@ -25,6 +28,7 @@ it); then the run fails, once, naming the reason.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import uuid
 from collections.abc import Coroutine
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import text
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -62,11 +66,13 @@ class Target:
     #: The server's major version, checked once it answers (containers only: a DSN
     #: server is whatever the user has).
     major: str | None = None
+    #: The async driver, when not the dialect's default (``chatledger.dsn.ASYNC_DRIVERS``).
+    driver: str | None = None
 
     @property
     def source(self) -> str:
         if self.variable:
-            return f"${self.variable}"
+            return f"${self.variable}" + (f" through {self.driver}" if self.driver else "")
         if self.container:
             return f"container {containers.SPECS[self.container].image}"
         return "a temporary file"
@@ -75,6 +81,7 @@ class Target:
 ALL_TARGETS: tuple[Target, ...] = (
     Target("sqlite", "sqlite"),
     Target("postgresql-dsn", "postgresql", variable=DSN_VARIABLES["postgresql"]),
+    Target("postgresql-psycopg", "postgresql", variable=DSN_VARIABLES["postgresql"], driver="psycopg"),
     Target("postgresql-17", "postgresql", container="postgresql-17", major="17"),
     Target("mysql-dsn", "mysql", variable=DSN_VARIABLES["mysql"]),
     Target("mysql-mariadb-11.8", "mysql", container="mysql-mariadb-11.8", major="11.8"),
@@ -85,6 +92,8 @@ ALL_TARGETS: tuple[Target, ...] = (
 def _enabled(target: Target) -> bool:
     if target.name == "mysql-8.4":
         return bool(os.environ.get("CHATLEDGER_TEST_MYSQL8_IMAGE"))
+    if target.driver is not None:
+        return importlib.util.find_spec(target.driver) is not None
     return True
 
 
@@ -234,7 +243,10 @@ class Servers:
                 return Found(None, reason=f"the container did not start: {type(error).__name__}: {error}")
             self._running.append(running)
             dsn = running.dsn
-        server = Server(target.dialect, resolve_dsn(dsn))
+        url = make_url(dsn)
+        if target.driver is not None:
+            url = url.set(drivername=f"{target.dialect}+{target.driver}")
+        server = Server(target.dialect, resolve_dsn(url))
         try:
             version = run_sync(server.version())
         except Exception as error:

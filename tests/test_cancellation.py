@@ -136,7 +136,9 @@ async def test_plain_sqlalchemy_insert_returning_storm(database: Database, sessi
     RETURNING`` cancelled before its row is fetched strands SQLite's write lock.)"""
     if database.backend == "mysql":
         pytest.skip("MySQL has no INSERT .. RETURNING; the store tests above cover it")
-    engine = create_async_engine(database.url, connect_args={"timeout": 30})
+    # libpq (psycopg) calls it connect_timeout.
+    timeout = "connect_timeout" if database.url.get_driver_name() == "psycopg" else "timeout"
+    engine = create_async_engine(database.url, connect_args={timeout: 30})
     dialects.release_cancelled_statements(engine)
     table = f"cancel_probe_{uuid.uuid4().hex[:8]}"
     try:

@@ -60,26 +60,33 @@ async def _admin(url: URL, *statements: str) -> None:
         await engine.dispose()
 
 
-@pytest.fixture(scope="module", params=["postgresql", "mysql"])
+@pytest.fixture(scope="module", params=["postgresql", "postgresql+psycopg", "mysql"])
 async def migrated(request: pytest.FixtureRequest, servers: Servers) -> AsyncIterator[tuple[Server, URL]]:
-    server = shared_server(servers, request.param)
+    """A migrated database, through the dialect's default driver or the one named."""
+    backend, _, driver = request.param.partition("+")
+    server = shared_server(servers, backend)
     async with migrated_database(server) as url:
-        yield server, url
+        yield server, url.set(drivername=request.param) if driver else url
 
 
 # -- a stale cached statement after an online migration ---------------------------------
 
 
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
 async def test_stale_cached_statement_after_an_online_migration_is_retried(
-    servers: Servers, session_id: str
+    servers: Servers, session_id: str, driver: str
 ) -> None:
     async with (
         migrated_database(shared_server(servers, "postgresql")) as url,
         # No load cache: the second load must run the tail query again.
-        LedgerSessionStorage(url, pool_size=1, max_overflow=0, load_cache_messages=0) as storage,
+        LedgerSessionStorage(
+            url.set(drivername=f"postgresql+{driver}"), pool_size=1, max_overflow=0, load_cache_messages=0
+        ) as storage,
     ):
         await storage.append(session_id, "r", ToolMessage(tool_call_id="c1", name="search", content="found"))
-        assert len((await storage.load(session_id)).raw_tail) == 1  # prepares and caches the tail query
+        # Prepares and caches the tail query: asyncpg on its first run, psycopg on its fifth.
+        for _ in range(6):
+            assert len((await storage.load(session_id)).raw_tail) == 1
         # An online migration from another connection changes the result type of a
         # column the tail query reads.
         await _admin(url, "ALTER TABLE raw_messages ALTER COLUMN request_id TYPE varchar(300)")
@@ -155,14 +162,18 @@ def password_postgres() -> Iterator[_PasswordPostgres]:
         server.close()
 
 
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
 async def test_wrong_password_is_a_configuration_error_on_postgresql(
-    password_postgres: _PasswordPostgres,
+    password_postgres: _PasswordPostgres, driver: str
 ) -> None:
     server = password_postgres.server
     await server.execute("CREATE ROLE cl_pw LOGIN PASSWORD 'right-secret'")
     try:
-        async with migrated_database(server) as url:
-            await _admin(url, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO cl_pw")
+        async with migrated_database(server) as admin_url:
+            url = admin_url.set(drivername=f"postgresql+{driver}")
+            await _admin(
+                admin_url, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO cl_pw"
+            )
             await _refused(url.set(username="cl_pw", password="wrong"), "check the user/password in the DSN")
             async with LedgerSessionStorage(url.set(username="cl_pw", password="right-secret")) as storage:
                 assert await storage.count_messages("s-1") == 0

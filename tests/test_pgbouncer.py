@@ -1,6 +1,6 @@
 """Pooled deployments: chatledger behind PgBouncer in transaction pooling mode.
 
-asyncpg behind PgBouncer in transaction pooling mode: the store's ``pgbouncer=True``
+asyncpg and psycopg behind PgBouncer in transaction pooling mode: the store's ``pgbouncer=True``
 option (no client-side pool, no cached or reused prepared-statement names) with the
 DSN pointing at PgBouncer's port. Each test starts its own ``pgbouncer`` (Debian
 package ``pgbouncer``) in front of this machine's PostgreSQL, configured as the
@@ -66,11 +66,13 @@ def pooled_url(bouncer: ThrowawayPgBouncer, upstream: URL) -> URL:
     return bouncer.url(upstream.database)
 
 
-async def test_storage_works_behind_transaction_pooling(pooled_url: URL) -> None:
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_storage_works_behind_transaction_pooling(pooled_url: URL, driver: str) -> None:
     run = uuid.uuid4().hex[:8]
     shared = f"pgb-{run}-shared"
     writers, appends = 6, 12
-    async with LedgerSessionStorage(pooled_url, pgbouncer=True) as storage:
+    url = pooled_url.set(drivername=f"postgresql+{driver}")
+    async with LedgerSessionStorage(url, pgbouncer=True) as storage:
 
         async def writer(number: int) -> list[tuple[str, int, str]]:
             acked = []
@@ -130,10 +132,11 @@ async def test_without_the_option_prepared_statements_break(pooled_url: URL) -> 
         await engine.dispose()
 
 
-async def test_without_the_option_the_store_says_to_set_it(pooled_url: URL) -> None:
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_without_the_option_the_store_says_to_set_it(pooled_url: URL, driver: str) -> None:
     """PgBouncer refuses the store's per-connection settings (its lock timeout, sent
     with the login): a configuration error naming the option, not an outage."""
-    async with LedgerSessionStorage(pooled_url) as storage:
+    async with LedgerSessionStorage(pooled_url.set(drivername=f"postgresql+{driver}")) as storage:
         with pytest.raises(ConfigurationError, match=r"pgbouncer=True"):
             await asyncio.wait_for(storage.count_messages("pgb"), TIMEOUT)
         assert storage.ledger.retries == 0

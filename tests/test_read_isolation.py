@@ -23,18 +23,19 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 
-#: Connect arguments making a connection's default isolation READ COMMITTED.
+#: Connect arguments making a connection's default isolation READ COMMITTED, per driver.
 READ_COMMITTED: dict[str, dict[str, Any]] = {
-    "postgresql": {"server_settings": {"default_transaction_isolation": "read committed"}},
-    "mysql": {"init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"},
-    "sqlite": {},  # no such setting: a deferred BEGIN reads one snapshot
+    "asyncpg": {"server_settings": {"default_transaction_isolation": "read committed"}},
+    "psycopg": {"options": r"-c default_transaction_isolation=read\ committed"},
+    "aiomysql": {"init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"},
+    "aiosqlite": {},  # no such setting: a deferred BEGIN reads one snapshot
 }
 
 
 async def test_load_reads_one_snapshot_under_a_read_committed_default(
     database: Database, session_id: str
 ) -> None:
-    connect_args = READ_COMMITTED[database.backend]
+    connect_args = READ_COMMITTED[database.url.get_driver_name()]
     async with (
         LedgerSessionStorage(database.url, connect_args=connect_args) as storage,
         LedgerSessionStorage(database.url) as writer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
+from chatledger.dsn import ASYNC_DRIVERS
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import TARGETS
@@ -17,6 +18,13 @@ async def test_the_database_runs_on_its_targets_server(database: Database) -> No
     assert database.backend == target.dialect
     if target.major is not None:
         assert database.version.startswith(f"{target.major}.")
+
+
+async def test_the_store_talks_through_its_targets_driver(
+    database: Database, storage: LedgerSessionStorage
+) -> None:
+    target = TARGETS[database.target]
+    assert storage.ledger.engine.dialect.driver == (target.driver or ASYNC_DRIVERS[target.dialect][0])
 
 
 @pytest.mark.requires("snapshot_isolation_default")

@@ -2,7 +2,8 @@
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a
 column type (those live in :mod:`chatledger.types`) is a table entry here, keyed by
-SQLAlchemy's dialect name: the append (sequence allocation and insert), the
+SQLAlchemy's dialect name (and by driver where a dialect has two: PostgreSQL's asyncpg
+and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
 or column missing from the schema), the
@@ -19,10 +20,11 @@ import enum
 import hashlib
 import logging
 import math
+import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +34,7 @@ from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from .errors import ConfigurationError, missing_extra
 from .options import LedgerOptions
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
 
@@ -343,6 +346,9 @@ class Failure(enum.Enum):
 SessionSetup = Callable[[LedgerOptions], tuple[str, ...]]
 #: Driver ``connect()`` arguments, given the store's options.
 ConnectArgs = Callable[[LedgerOptions], dict[str, Any]]
+#: Set-up of a connection of an engine the caller owns, on its first use by a ledger:
+#: applies what keeps to the database file, checks the rest (raising ``ConfigurationError``).
+ForeignCheck = Callable[[Connection], None]
 
 
 def _no_setup(_options: LedgerOptions) -> tuple[str, ...]:
@@ -351,6 +357,14 @@ def _no_setup(_options: LedgerOptions) -> tuple[str, ...]:
 
 def _no_connect_args(_options: LedgerOptions) -> dict[str, Any]:
     return {}
+
+
+def _no_pgbouncer_args() -> dict[str, Any]:
+    return {}
+
+
+def _no_check(_conn: Connection) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -376,6 +390,13 @@ class DialectRules:
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that are transient whatever their code.
     transient_exceptions: frozenset[str] = frozenset()
+    #: Driver messages that make an error transient whatever its code (a code the
+    #: driver shares with failures that are not).
+    transient_messages: tuple[str, ...] = ()
+    #: Error codes read from the driver's message when the driver gives none (psycopg's
+    #: failures to connect carry the server's message but no SQLSTATE): the first
+    #: pattern found in the message names the code.
+    message_codes: tuple[tuple[re.Pattern[str], str | int], ...] = ()
     #: Driver error codes that say the server cannot serve the call right now: it
     #: refused or dropped the connection, is starting up or shutting down, or has no
     #: connection slot left. Retried like a lost connection.
@@ -416,8 +437,14 @@ class DialectRules:
     statement_limit_query: str | None = None
     #: A server behind a socket, with a sized pool (a SQLite file has none).
     server: bool = True
+    #: The async driver these rules are for (SQLAlchemy's driver name).
+    driver: str = ""
     #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
     driver_extra: str = ""
+    #: Driver ``connect()`` arguments behind PgBouncer's transaction pooling.
+    pgbouncer_connect_args: Callable[[], dict[str, Any]] = _no_pgbouncer_args
+    #: Set-up and checks of a connection of an engine the caller owns (``engine=``).
+    check_foreign: ForeignCheck = _no_check
 
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
         """The later of a stored instant and ``now``, computed in the statement: what an
@@ -426,12 +453,61 @@ class DialectRules:
         return self.greatest(stored, bindparam(None, now, type_=stored.type), type_=stored.type)
 
 
+def _lock_timeout_ms(options: LedgerOptions) -> str:
+    return f"{max(1, round(options.lock_timeout * 1000))}ms"
+
+
 def _postgresql_connect_args(options: LedgerOptions) -> dict[str, Any]:
     """asyncpg sends ``server_settings`` with the login: no round trip of their own.
     PgBouncer refuses startup parameters it does not track, so none go through it."""
     if options.pgbouncer:
         return {}
-    return {"server_settings": {"lock_timeout": f"{max(1, round(options.lock_timeout * 1000))}ms"}}
+    return {"server_settings": {"lock_timeout": _lock_timeout_ms(options)}}
+
+
+def _psycopg_connect_args(options: LedgerOptions) -> dict[str, Any]:
+    """psycopg (libpq) sends ``options`` with the login, as asyncpg its
+    ``server_settings``: no round trip of their own; not through PgBouncer either."""
+    if options.pgbouncer:
+        return {}
+    return {"options": f"-c lock_timeout={_lock_timeout_ms(options)}"}
+
+
+def _asyncpg_pgbouncer_args() -> dict[str, Any]:
+    """asyncpg behind PgBouncer's transaction pooling: every prepared statement gets a
+    unique name and none is cached, since consecutive transactions may run on
+    different server connections. From SQLAlchemy's asyncpg documentation,
+    "Prepared Statement Name with PGBouncer"."""
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4()}__",
+    }
+
+
+def _psycopg_pgbouncer_args() -> dict[str, Any]:
+    """psycopg behind PgBouncer's transaction pooling: no server-side prepared
+    statements (``prepare_threshold=None``), for the same reason; psycopg's
+    documentation, "Server-side binding / Prepared statements"."""
+    return {"prepare_threshold": None}
+
+
+def merge_connect_args(ours: dict[str, Any], *given: Mapping[str, Any]) -> dict[str, Any]:
+    """The driver's ``connect()`` arguments: ``ours`` (from the rules), then each of
+    ``given`` (the DSN's query, the caller's ``connect_args``) over them, one by one.
+
+    Two are merged rather than replaced, so that the caller's settings win without
+    losing ours: asyncpg's ``server_settings`` (a dict) and libpq's ``options`` (a
+    string of ``-c name=value``; PostgreSQL takes the last of a name)."""
+    merged = dict(ours)
+    for arguments in given:
+        for name, value in arguments.items():
+            if name == "server_settings" and isinstance(value, Mapping):
+                value = {**merged.get(name, {}), **value}
+            elif name == "options" and isinstance(value, str) and name in merged:
+                value = f"{merged[name]} {value}"
+            merged[name] = value
+    return merged
 
 
 def _mysql_session_setup(options: LedgerOptions) -> tuple[str, ...]:
@@ -445,6 +521,32 @@ def _sqlite_session_setup(options: LedgerOptions) -> tuple[str, ...]:
         "PRAGMA journal_mode = WAL",
         f"PRAGMA synchronous = {options.sqlite_synchronous}",
     )
+
+
+def _check_foreign_mysql(conn: Connection) -> None:
+    """An engine the caller made: its connections must talk utf8mb4 and read at
+    REPEATABLE READ, as the ones chatledger makes do (see the rules below)."""
+    charsets = conn.exec_driver_sql(
+        "SELECT @@character_set_client, @@character_set_connection, @@character_set_results"
+    ).one()
+    if any(charset != "utf8mb4" for charset in charsets):
+        raise ConfigurationError(
+            f"the engine's connections use the character sets {', '.join(map(str, charsets))}; chatledger "
+            "talks utf8mb4 to MySQL: create the engine from a URL with ?charset=utf8mb4"
+        )
+    level = conn.get_isolation_level()
+    if level != "REPEATABLE READ":
+        raise ConfigurationError(
+            f"the engine's connections run at {level}; chatledger's transactions on MySQL/MariaDB "
+            "need REPEATABLE READ: create the engine with isolation_level='REPEATABLE READ'"
+        )
+
+
+def _check_foreign_sqlite(conn: Connection) -> None:
+    """An engine the caller made: the file goes to WAL mode, as chatledger's own
+    connections put it (the mode is the file's, kept for every connection)."""
+    if str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
+        conn.exec_driver_sql("PRAGMA journal_mode = WAL")
 
 
 _PRIVILEGE_HINT_POSTGRESQL = (
@@ -503,7 +605,9 @@ RULES: dict[str, DialectRules] = {
         # ONLY): one snapshot for every statement of the read, and no extra round trip.
         snapshot_read={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True},
         connect_args=_postgresql_connect_args,
+        driver="asyncpg",
         driver_extra="postgres",
+        pgbouncer_connect_args=_asyncpg_pgbouncer_args,
         # program_limit_exceeded
         too_large_codes=frozenset({"54000"}),
         schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
@@ -541,7 +645,9 @@ RULES: dict[str, DialectRules] = {
         engine_options={"isolation_level": "REPEATABLE READ"},
         session_setup=_mysql_session_setup,
         statement_limit_query="SELECT @@max_allowed_packet",
+        driver="aiomysql",
         driver_extra="mysql",
+        check_foreign=_check_foreign_mysql,
         # ER_NET_PACKET_TOO_LARGE
         too_large_codes=frozenset({1153}),
         schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
@@ -562,10 +668,55 @@ RULES: dict[str, DialectRules] = {
         session_setup=_sqlite_session_setup,
         explicit_begin=True,
         server=False,
+        driver="aiosqlite",
+        check_foreign=_check_foreign_sqlite,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
         # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
         schema_messages=("no such column", "has no column named", "no such table"),
+    ),
+}
+
+#: psycopg's failures to connect carry no SQLSTATE, only the server's message (libpq
+#: gives the error of a connection attempt as text): the codes the messages stand for,
+#: then 08001 (sqlclient_unable_to_establish_sqlconnection) for any other failure to
+#: connect -- refused, reset, timed out, no such host -- which is retried. The
+#: messages are PostgreSQL's (and PgBouncer's) English ones; a server sending them in
+#: another language has its refusals retried until ``retry_timeout``, then reported
+#: with the server's words. Errors with a SQLSTATE never get here.
+_PSYCOPG_CONNECT_CODES: tuple[tuple[re.Pattern[str], str | int], ...] = tuple(
+    (re.compile(pattern, re.DOTALL), code)
+    for pattern, code in (
+        (r'database ".*" does not exist', "3D000"),
+        (r'role ".*" does not exist', "28000"),
+        (r"password authentication failed|no password supplied|no pg_hba\.conf entry", "28P01"),
+        (r"permission denied for database", "42501"),
+        (r"unsupported startup parameter", "08P01"),
+        (r"too many clients|connection slots are reserved", "53300"),
+        (r"the database system is (?:starting up|shutting down|in recovery)", "57P03"),
+        (r"^connection failed:|connection to server .* failed", "08001"),
+    )
+)
+
+#: psycopg 3, async (SQLAlchemy's ``postgresql+psycopg`` under ``create_async_engine``):
+#: PostgreSQL's rules, with the driver's own ways of sending the lock timeout, of
+#: going through PgBouncer, and of reporting what asyncpg reports by its own classes.
+RULES_BY_DRIVER: dict[tuple[str, str], DialectRules] = {
+    (name, found.driver): found for name, found in RULES.items()
+} | {
+    ("postgresql", "psycopg"): replace(
+        RULES["postgresql"],
+        # psycopg prepares a statement on its fifth run; one whose result type an
+        # online migration changed fails with SQLSTATE 0A000 (shared with failures
+        # that are not transient, hence the message). The ROLLBACK clears psycopg's
+        # prepared statements, so the retry prepares anew.
+        transient_exceptions=frozenset(),
+        transient_messages=("cached plan must not change result type",),
+        message_codes=_PSYCOPG_CONNECT_CODES,
+        connect_args=_psycopg_connect_args,
+        driver="psycopg",
+        driver_extra="psycopg",
+        pgbouncer_connect_args=_psycopg_pgbouncer_args,
     ),
 }
 
@@ -575,41 +726,41 @@ def create_engine(url: URL, **options: Any) -> AsyncEngine:
     that installs it.
 
     Raises:
-        ImportError: the dialect's driver is not installed; the message gives the
+        ImportError: the URL's driver is not installed; the message gives the
             ``pip install 'chatledger[...]'`` line.
-        ValueError: a dialect chatledger does not serve.
+        ValueError: a dialect or driver chatledger does not serve.
     """
-    extra = rules(url.get_backend_name()).driver_extra
+    found = rules(url.get_backend_name(), url.get_driver_name())
     try:
         return create_async_engine(url, **options)
-    except ModuleNotFoundError as error:
-        raise ImportError(f"the {error.name} driver is missing: pip install 'chatledger[{extra}]'") from error
+    except ImportError as error:  # also psycopg without its binary or C part
+        raise ImportError(missing_extra(f"the {found.driver} driver", found.driver_extra)) from error
 
 
-def pgbouncer_connect_args() -> dict[str, Any]:
-    """asyncpg behind PgBouncer's transaction pooling: every prepared statement gets a
-    unique name and none is cached, since consecutive transactions may run on
-    different server connections. From SQLAlchemy's asyncpg documentation,
-    "Prepared Statement Name with PGBouncer"."""
-    return {
-        "statement_cache_size": 0,
-        "prepared_statement_cache_size": 0,
-        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4()}__",
-    }
-
-
-def rules(dialect_name: str) -> DialectRules:
-    """The rules of a dialect; ``ValueError`` for a backend chatledger does not serve."""
+def rules(dialect_name: str, driver: str | None = None) -> DialectRules:
+    """The rules of a dialect and one of its async drivers (``None``: the dialect's
+    default driver); ``ValueError`` for a backend or driver chatledger does not serve."""
     try:
-        return RULES[dialect_name]
+        found = RULES[dialect_name]
     except KeyError:
         raise ValueError(f"dialect {dialect_name!r} is not supported") from None
+    if driver is None or driver == found.driver:
+        return found
+    try:
+        return RULES_BY_DRIVER[(dialect_name, driver)]
+    except KeyError:
+        raise ValueError(f"driver {driver!r} of {dialect_name} is not supported") from None
 
 
-def error_code(error: DBAPIError) -> str | int | None:
+def _rules_of(dialect: str | DialectRules) -> DialectRules:
+    return dialect if isinstance(dialect, DialectRules) else rules(dialect)
+
+
+def error_code(error: DBAPIError, found: DialectRules | None = None) -> str | int | None:
     """The driver's error code of a wrapped DBAPI error: the primary result code on
     SQLite, the server error number on MySQL (PyMySQL also sets a SQLSTATE, which is
-    coarser, so the number comes first), SQLSTATE on PostgreSQL."""
+    coarser, so the number comes first), SQLSTATE on PostgreSQL; else the code the
+    message stands for by ``found.message_codes``."""
     orig = error.orig
     sqlite_code = getattr(orig, "sqlite_errorcode", None)
     if isinstance(sqlite_code, int):
@@ -622,6 +773,11 @@ def error_code(error: DBAPIError) -> str | int | None:
         return str(sqlstate)
     if isinstance(orig, Exception) and "database is locked" in str(orig):
         return 5
+    if found is not None and found.message_codes and isinstance(orig, Exception):
+        message = str(orig)
+        for pattern, code in found.message_codes:
+            if pattern.search(message):
+                return code
     return None
 
 
@@ -637,32 +793,39 @@ def _class_names(error: BaseException | None) -> set[str]:
     return names
 
 
-def classify(dialect_name: str, error: DBAPIError) -> Failure:
-    """What ``error`` means: see :class:`Failure`. The codes are the dialect's rules."""
-    found = rules(dialect_name)
-    code = error_code(error)
+def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
+    """What ``error`` means: see :class:`Failure`. The codes are the rules' of the
+    dialect (a name: its default driver's) or of the driver given."""
+    found = _rules_of(dialect)
+    code = error_code(error, found)
     if code in found.too_large_codes:
         return Failure.TOO_LARGE
     if code in found.configuration_hints:
         return Failure.CONFIGURATION
     if code in found.schema_codes or any(part in str(error.orig) for part in found.schema_messages):
         return Failure.SCHEMA
-    if code in found.transient_codes or found.transient_exceptions & _class_names(error.orig):
+    if (
+        code in found.transient_codes
+        or found.transient_exceptions & _class_names(error.orig)
+        or (found.transient_messages and any(text in str(error.orig) for text in found.transient_messages))
+    ):
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
         return Failure.CONNECTION
     return Failure.OTHER
 
 
-def missing_table(dialect_name: str, error: DBAPIError) -> bool:
+def missing_table(dialect: str | DialectRules, error: DBAPIError) -> bool:
     """Whether ``error`` is of a table that does not exist (any more)."""
-    return error_code(error) in rules(dialect_name).missing_table_codes
+    found = _rules_of(dialect)
+    return error_code(error, found) in found.missing_table_codes
 
 
-def configuration_hint(dialect_name: str, error: DBAPIError, url: URL) -> str:
+def configuration_hint(dialect: str | DialectRules, error: DBAPIError, url: URL) -> str:
     """What to fix for a :attr:`Failure.CONFIGURATION` error, naming the DSN's database
     and user."""
-    template = rules(dialect_name).configuration_hints.get(error_code(error) or "", "check the DSN")
+    found = _rules_of(dialect)
+    template = found.configuration_hints.get(error_code(error, found) or "", "check the DSN")
     return template.format(database=url.database or "?", user=url.username or "?")
 
 
@@ -679,7 +842,7 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     The mode comes from the ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE``
     when none is given. SQLAlchemy's pysqlite / aiosqlite documentation,
     "Serializable isolation / Savepoints / Transactional DDL"."""
-    found = rules(engine.dialect.name)
+    found = rules(engine.dialect.name, engine.dialect.driver)
     statements = found.session_setup(options)
     explicit_begin = found.explicit_begin
 
@@ -697,12 +860,64 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
             cursor.close()
 
     if explicit_begin:
+        _begin_explicitly(engine)
 
-        @event.listens_for(engine.sync_engine, "begin")
-        def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql(
-                f"BEGIN {conn.get_execution_options().get('chatledger_sqlite_begin', 'IMMEDIATE')}"
-            )
+
+def _begin_explicitly(engine: AsyncEngine) -> None:
+    """Every transaction of ``engine`` begins with ``BEGIN <chatledger_sqlite_begin>``
+    (``IMMEDIATE`` when the option is not given; none when it is ``None``)."""
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
+        if mode:
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+#: Execution options of the transaction :attr:`DialectRules.check_foreign` runs in:
+#: on SQLite none is begun, so that a pragma may change the journal mode.
+FOREIGN_CHECK_OPTIONS: dict[str, Any] = {"chatledger_sqlite_begin": None}
+
+
+def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
+    """A ledger's view of an engine its caller made and owns (the ``engine=`` option)
+    and the rules of its dialect and driver.
+
+    The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
+    that the listeners a ledger adds -- SQLite's explicit ``BEGIN IMMEDIATE`` /
+    ``BEGIN DEFERRED``, aiosqlite's clean-up of a cancelled statement -- apply to the
+    ledger's transactions only, never to the caller's own. Per-connection settings
+    are the engine's (chatledger does not change connections the caller also uses):
+    the lock timeout (PostgreSQL ``lock_timeout``, MySQL ``innodb_lock_wait_timeout``,
+    SQLite's busy timeout, sqlite3's ``timeout``), SQLite's ``synchronous``, Galera's
+    ``wsrep_sync_wait``, pooling. What a ledger needs of them is set or checked on
+    first use by :attr:`DialectRules.check_foreign`.
+
+    Raises:
+        TypeError: ``engine`` is not an ``AsyncEngine``.
+        ValueError: a dialect or driver chatledger does not serve, or an engine in
+            ``AUTOCOMMIT`` (the ledger's transactions would not be transactions).
+    """
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"engine must be a sqlalchemy AsyncEngine (create_async_engine), not {type(engine).__name__}"
+        )
+    found = rules(engine.dialect.name, engine.dialect.driver)
+    # create_async_engine(isolation_level=...) is kept where SQLAlchemy's own Connection
+    # looks it up (Connection._is_autocommit_isolation), execution_options() in the options.
+    isolation = engine.get_execution_options().get("isolation_level") or getattr(
+        engine.dialect, "_on_connect_isolation_level", None
+    )
+    if isolation == "AUTOCOMMIT":
+        raise ValueError(
+            "engine runs in AUTOCOMMIT; chatledger runs every call in one transaction: "
+            "pass an engine without isolation_level='AUTOCOMMIT'"
+        )
+    view = engine.execution_options()
+    if found.explicit_begin:
+        _begin_explicitly(view)
+    release_cancelled_statements(view)
+    return view, found
 
 
 # -- schema migrations ----------------------------------------------------------------

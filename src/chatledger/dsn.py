@@ -2,20 +2,25 @@
 
 Rule: the ``dsn`` argument, else the
 ``CHATLEDGER_DSN`` environment variable, else the embedded default, a SQLite file
-at :func:`default_sqlite_path`. Plain scheme names map to the async drivers:
+at :func:`default_sqlite_path`. Plain scheme names map to the default async drivers:
 
 =====================================  ===========================
 given                                  opened with
 =====================================  ===========================
 ``postgresql://``, ``postgres://``     ``postgresql+asyncpg://``
+``postgresql+psycopg://``              psycopg 3, async
 ``mysql://``, ``mariadb://``           ``mysql+aiomysql://`` (utf8mb4)
 ``sqlite:///path``                     ``sqlite+aiosqlite:///path``
 =====================================  ===========================
+
+Synchronous drivers (``psycopg2``, ``pymysql``, ``pysqlite``...) are refused, naming
+the async ones.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from platformdirs import user_data_path
@@ -24,14 +29,32 @@ from sqlalchemy.engine import URL, make_url
 #: Environment variable naming the DSN when none is passed.
 DSN_ENV = "CHATLEDGER_DSN"
 
-#: Scheme (backend name) -> the async driver chatledger opens it with.
-_ASYNC_DRIVERS = {
-    "postgresql": ("postgresql", "asyncpg"),
-    "postgres": ("postgresql", "asyncpg"),
-    "mysql": ("mysql", "aiomysql"),
-    "mariadb": ("mysql", "aiomysql"),
-    "sqlite": ("sqlite", "aiosqlite"),
+#: Scheme (backend name) -> the backend chatledger serves it as.
+_BACKENDS = {
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "sqlite": "sqlite",
 }
+#: Backend -> the async drivers chatledger opens it with; a plain scheme gets the first.
+ASYNC_DRIVERS = {
+    "postgresql": ("asyncpg", "psycopg"),
+    "mysql": ("aiomysql",),
+    "sqlite": ("aiosqlite",),
+}
+#: SQLAlchemy's other names of a driver above.
+_DRIVER_ALIASES = {"psycopg_async": "psycopg"}
+
+#: The password as SQLAlchemy's ``make_url`` splits it off: from the first ``:`` of the
+#: user info to the first ``@``; what follows is taken for the host and the rest.
+_USERINFO = re.compile(r"^[\w+]+://[^:/]*:(?P<password>[^@]*)@(?P<rest>.*)$", re.DOTALL)
+#: A DSN that is a file path, not a URL.
+_PATH_LIKE = re.compile(r"^(?:[./~\\]|[A-Za-z]:[\\/])|\.(?:db|db3|sqlite|sqlite3)$", re.IGNORECASE)
+
+_PERCENT_ENCODE = (
+    "percent-encode the password in the DSN (urllib.parse.quote(password, safe=''): '@' is %40, '#' is %23)"
+)
 
 
 def default_sqlite_path() -> Path:
@@ -49,13 +72,19 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
 
     Also: a ``password`` query parameter moves into the URL's password (so it is
     masked); ``~`` in a SQLite path is expanded; PostgreSQL's ``sslmode`` becomes
-    asyncpg's ``ssl``.
+    asyncpg's ``ssl`` (psycopg takes it as it is).
+
+    No error message carries any part of the password: a DSN SQLAlchemy would split
+    inside the password is refused before it is parsed.
 
     Raises:
         ValueError: the scheme is not PostgreSQL, MySQL/MariaDB or SQLite, or names a
-            driver other than asyncpg, aiomysql or aiosqlite; the port is not 1..65535;
-            the SQLite database is in memory (it could not be shared); a MySQL
-            ``charset`` other than utf8mb4.
+            driver other than asyncpg or psycopg, aiomysql, aiosqlite (a synchronous
+            one, say); the password holds an ``@`` or ``#`` that is not
+            percent-encoded; a server DSN names no database; the port is not
+            1..65535; the SQLite database is in memory (it could not be shared) or
+            given as a bare file path (the message gives the ``sqlite:///`` URL); a
+            MySQL ``charset`` other than utf8mb4.
         TypeError: ``dsn`` is neither a string nor a URL.
     """
     if dsn is None:
@@ -64,17 +93,19 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
         return URL.create("sqlite+aiosqlite", database=str(default_sqlite_path()))
     if not isinstance(dsn, str | URL):
         raise TypeError(f"dsn must be a string or sqlalchemy URL, not {type(dsn).__name__}")
-    try:
-        url = make_url(dsn) if isinstance(dsn, str) else dsn
-    except Exception as error:  # sqlalchemy raises ArgumentError with the DSN inside
-        raise ValueError("dsn is not a valid database URL") from error
-    backend, _, driver = url.drivername.partition("+")
-    if backend not in _ASYNC_DRIVERS:
-        raise ValueError(f"dsn scheme {backend!r} is not supported; use postgresql, mysql, mariadb or sqlite")
-    backend, async_driver = _ASYNC_DRIVERS[backend]
-    if driver and driver != async_driver:
-        raise ValueError(f"dsn driver {driver!r} is not supported; use {backend}+{async_driver}")
-    url = url.set(drivername=f"{backend}+{async_driver}")
+    url = _parse(dsn) if isinstance(dsn, str) else dsn
+    scheme, _, driver = url.drivername.partition("+")
+    if scheme not in _BACKENDS:
+        raise ValueError(f"dsn scheme {scheme!r} is not supported; use postgresql, mysql, mariadb or sqlite")
+    backend = _BACKENDS[scheme]
+    drivers = ASYNC_DRIVERS[backend]
+    driver = _DRIVER_ALIASES.get(driver, driver) or drivers[0]
+    if driver not in drivers:
+        choices = " or ".join(f"{backend}+{name}://" for name in drivers)
+        raise ValueError(
+            f"dsn driver {driver!r} is not supported: chatledger needs an async driver; use {choices}"
+        )
+    url = url.set(drivername=f"{backend}+{driver}")
     try:
         port = url.port
     except ValueError:
@@ -90,6 +121,33 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
     return _DSN_RULES[backend](url)
 
 
+def _parse(dsn: str) -> URL:
+    """``make_url``, after refusing what it would misread; no error names the DSN."""
+    userinfo = _USERINFO.match(dsn)
+    if userinfo is not None:
+        address, _, query = userinfo["rest"].partition("?")
+        # The password ran on past an "@" (the host or a query name got the rest of
+        # it), or holds a "#" that URL parsers other than SQLAlchemy's cut at.
+        if (
+            "@" in address
+            or any("@" in part.partition("=")[0] for part in query.split("&"))
+            or "#" in userinfo["password"]
+        ):
+            raise ValueError(
+                f"dsn: the password has an '@' or '#' that is not percent-encoded; {_PERCENT_ENCODE}"
+            )
+    if "://" not in dsn:
+        if "@" not in dsn and _PATH_LIKE.search(dsn.strip()):
+            raise ValueError(
+                f"dsn {dsn!r} is a file path, not a URL; for a SQLite file use sqlite:///{dsn.strip()}"
+            )
+        raise ValueError("dsn is not a valid database URL (scheme://...), e.g. postgresql://user@host/db")
+    try:
+        return make_url(dsn)
+    except Exception:  # sqlalchemy raises ArgumentError with the DSN inside
+        raise ValueError("dsn is not a valid database URL") from None
+
+
 def _sqlite(url: URL) -> URL:
     database = url.database
     if database in (None, "", ":memory:") or str(database).startswith("file::memory:"):
@@ -100,7 +158,18 @@ def _sqlite(url: URL) -> URL:
     return url.set(database=str(Path(database).expanduser()))
 
 
+def _named_database(url: URL) -> None:
+    # Without one the server picks a database of its own (PostgreSQL's named after
+    # the user; none at all on MySQL), not the one the schema was migrated in.
+    if not url.database:
+        backend = url.get_backend_name()
+        raise ValueError(
+            f"dsn names no database; add its name after the host: {backend}://USER@HOST/DATABASE"
+        )
+
+
 def _mysql(url: URL) -> URL:
+    _named_database(url)
     charset = url.query.get("charset", "utf8mb4")
     if charset != "utf8mb4":
         # Any other connection charset mangles ids (stored as bytes) and refuses emoji.
@@ -109,8 +178,10 @@ def _mysql(url: URL) -> URL:
 
 
 def _postgresql(url: URL) -> URL:
-    # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values).
-    if "sslmode" in url.query:
+    _named_database(url)
+    # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values);
+    # psycopg is libpq and takes sslmode itself.
+    if url.get_driver_name() == "asyncpg" and "sslmode" in url.query:
         url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
     return url
 

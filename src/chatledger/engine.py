@@ -26,7 +26,13 @@ from tenacity import (
 
 from . import adoption, dialects, migrate, validate
 from .dsn import display, resolve_dsn, sqlite_file
-from .errors import ConfigurationError, OutcomeUnknown, SchemaNotReady, StorageUnavailable
+from .errors import (
+    AUTO_UPGRADE_HINT,
+    ConfigurationError,
+    OutcomeUnknown,
+    SchemaNotReady,
+    StorageUnavailable,
+)
 from .options import LedgerOptions
 
 logger = logging.getLogger("chatledger")
@@ -42,7 +48,19 @@ class Ledger:
 
     Args:
         dsn: See :func:`chatledger.dsn.resolve_dsn`.
+        engine: An ``AsyncEngine`` the caller made and owns, instead of ``dsn``: the
+            ledger uses it and its pool, and neither disposes of it on :meth:`close`
+            nor replaces its pool when the event loop changes (in a forked child it
+            does, as for its own: see **Forks**). What the ledger sets
+            up on its own engines and how a given one is used instead:
+            :func:`chatledger.dialects.adopt_engine`. The options that set up an
+            engine (pool sizes, ``connect_args``, ``lock_timeout``, ``pgbouncer``...)
+            are refused with it.
         **options: See :class:`chatledger.options.LedgerOptions`.
+
+    Raises:
+        ValueError / TypeError: a bad DSN, option or engine, or both ``dsn`` and
+            ``engine``.
 
     The engine is created here, but nothing connects until the first call, so a
     ledger can be built before an event loop runs.
@@ -67,42 +85,27 @@ class Ledger:
     connections are neither used nor closed by the child.
     """
 
-    def __init__(self, dsn: str | URL | None = None, **options: Any) -> None:
-        self.url = resolve_dsn(dsn)
+    #: The database's URL (:func:`chatledger.dsn.display` masks its password).
+    url: URL
+    #: SQLAlchemy's dialect name: "postgresql", "mysql" or "sqlite".
+    dialect: str
+    #: The rules of the dialect and driver.
+    rules: dialects.DialectRules
+    engine: AsyncEngine
+
+    def __init__(
+        self, dsn: str | URL | None = None, *, engine: AsyncEngine | None = None, **options: Any
+    ) -> None:
         self.options = LedgerOptions(**options)
-        path = sqlite_file(self.url)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self.dialect = self.url.get_backend_name()
-        self.rules = dialects.rules(self.dialect)
-        connect_args = self.rules.connect_args(self.options)
-        for name, value in self.options.connect_args.items():
-            # The caller's own server settings win over ours, one by one.
-            connect_args[name] = (
-                {**connect_args.get(name, {}), **value} if name == "server_settings" else value
-            )
-        engine_options: dict[str, Any] = {
-            **self.rules.engine_options,
-            "echo": self.options.echo,
-            "connect_args": connect_args,
-            "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
-        }
-        if self.options.pgbouncer:
-            if self.dialect != "postgresql":
-                raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
-            engine_options["poolclass"] = NullPool
-            engine_options["connect_args"].update(dialects.pgbouncer_connect_args())
-        elif self.rules.server:
-            engine_options.update(
-                pool_size=self.options.pool_size,
-                max_overflow=self.options.max_overflow,
-                pool_timeout=self.options.pool_timeout,
-                pool_recycle=self.options.pool_recycle,
-            )
-        self.engine: AsyncEngine = dialects.create_engine(self.url, **engine_options)
-        dialects.configure_engine(self.engine, self.options)
-        dialects.release_cancelled_statements(self.engine)
-        dialects.configure_galera(self.engine)
+        #: Whether the engine is the caller's (``engine=``): used, never disposed.
+        self.foreign = engine is not None
+        if engine is not None:
+            self._adopt(dsn, engine)
+        else:
+            self.url = resolve_dsn(dsn)
+            self.dialect = self.url.get_backend_name()
+            self.rules = dialects.rules(self.dialect, self.url.get_driver_name())
+            self.engine = self._create_engine()
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.rules.server
         )
@@ -127,6 +130,55 @@ class Ledger:
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.rules.statement_limit
 
+    def _create_engine(self) -> AsyncEngine:
+        """The ledger's own engine and pool, set up by the dialect's rules."""
+        path = sqlite_file(self.url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        ours = self.rules.connect_args(self.options)
+        # The caller's own settings win over ours, one by one: the DSN's, then connect_args.
+        from_dsn = {name: value for name, value in self.url.query.items() if name in ours}
+        connect_args = dialects.merge_connect_args(ours, from_dsn, self.options.connect_args)
+        engine_options: dict[str, Any] = {
+            **self.rules.engine_options,
+            "echo": self.options.echo,
+            "connect_args": connect_args,
+            "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
+        }
+        if self.options.pgbouncer:
+            if self.dialect != "postgresql":
+                raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
+            engine_options["poolclass"] = NullPool
+            engine_options["connect_args"].update(self.rules.pgbouncer_connect_args())
+        elif self.rules.server:
+            engine_options.update(
+                pool_size=self.options.pool_size,
+                max_overflow=self.options.max_overflow,
+                pool_timeout=self.options.pool_timeout,
+                pool_recycle=self.options.pool_recycle,
+            )
+        engine = dialects.create_engine(self.url, **engine_options)
+        dialects.configure_engine(engine, self.options)
+        dialects.release_cancelled_statements(engine)
+        dialects.configure_galera(engine)
+        return engine
+
+    def _adopt(self, dsn: str | URL | None, engine: AsyncEngine) -> None:
+        """Use the caller's engine (see :func:`chatledger.dialects.adopt_engine`)."""
+        if dsn is not None:
+            raise ValueError("pass dsn or engine, not both: the engine names its database")
+        given = sorted(self.options.model_fields_set & _ENGINE_OPTIONS)
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set up the engine chatledger creates; with engine= "
+                "set them on your engine"
+            )
+        self.engine, self.rules = dialects.adopt_engine(engine)
+        # Checked as a DSN would be (a server database named, MySQL's charset); used for
+        # display and by auto_upgrade, which migrates on a connection of its own.
+        self.url = resolve_dsn(engine.url)
+        self.dialect = engine.dialect.name
+
     def __repr__(self) -> str:
         return f"Ledger({display(self.url)!r})"
 
@@ -137,6 +189,8 @@ class Ledger:
         closing its connections, which only their own loop could close.
         """
         self._closed = True
+        if self.foreign:
+            return  # the caller's engine, which the caller disposes of
         await self.engine.dispose(close=self._loop is None or self._loop() is asyncio.get_running_loop())
 
     async def _bind_loop(self) -> None:
@@ -152,7 +206,7 @@ class Ledger:
         if bound is not None and bound() is loop:
             return
         self._loop = ref(loop)
-        if bound is not None:
+        if bound is not None and not self.foreign:
             logger.debug(
                 "%r: the event loop changed; replacing the connection pool, "
                 "the previous loop's connections are left unclosed",
@@ -196,6 +250,12 @@ class Ledger:
         async with self._ready_locks.setdefault(asyncio.get_running_loop(), asyncio.Lock()):
             if self._ready:
                 return
+            if self.foreign:
+                await self._run(
+                    lambda conn: conn.run_sync(self.rules.check_foreign),
+                    options=dialects.FOREIGN_CHECK_OPTIONS,
+                    ready=False,
+                )
             state, hint = await self._read_state()
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
@@ -205,7 +265,7 @@ class Ledger:
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:
-                    connect_args.update(dialects.pgbouncer_connect_args())
+                    connect_args.update(self.rules.pgbouncer_connect_args())
                 try:
                     state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
                 except (SQLAlchemyError, OSError) as error:
@@ -222,7 +282,9 @@ class Ledger:
             if standing is migrate.Standing.AHEAD_COMPATIBLE:
                 logger.info("%s", migrate.describe(self.url, state))
             elif standing is not migrate.Standing.AT_HEAD:
-                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint))
+                # zett-agent's tables: adopt them; auto_upgrade would be refused.
+                extra = AUTO_UPGRADE_HINT if standing is migrate.Standing.BEHIND and hint is None else ""
+                raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint) + extra)
             query = self.rules.statement_limit_query
             if query is not None:
                 limit = await self._run(lambda conn: conn.scalar(text(query)), ready=False)
@@ -240,7 +302,7 @@ class Ledger:
                 return await self._run(lambda conn: conn.run_sync(adoption.state_and_hint), ready=False)
             except SchemaNotReady as error:
                 missing = error.__cause__
-                if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.dialect, missing):
+                if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.rules, missing):
                     raise
                 if attempt:
                     raise SchemaNotReady(
@@ -406,7 +468,7 @@ class Ledger:
         except DBAPIError as error:
             if committed:  # only returning the connection to the pool failed
                 return result
-            failure = dialects.classify(self.dialect, error)
+            failure = dialects.classify(self.rules, error)
             if failure is dialects.Failure.TOO_LARGE:
                 raise ValueError(
                     f"the database refused the statement as too large (statement_limit "
@@ -414,7 +476,7 @@ class Ledger:
                 ) from error
             if failure is dialects.Failure.CONFIGURATION:
                 raise ConfigurationError(
-                    f"{display(self.url)}: {dialects.configuration_hint(self.dialect, error, self.url)}. "
+                    f"{display(self.url)}: {dialects.configuration_hint(self.rules, error, self.url)}. "
                     f"The server said: {error.orig}"
                 ) from error
             if failure is dialects.Failure.SCHEMA:
@@ -436,10 +498,14 @@ class Ledger:
                 raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
             raise
         except PoolTimeout as error:
-            raise StorageUnavailable(
-                f"no connection to {display(self.url)} became free within "
-                f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
+            within = (
+                f"the engine's pool_timeout ({self.engine.pool.status()})"
+                if self.foreign
+                else f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
                 f"max_overflow={self.options.max_overflow})"
+            )
+            raise StorageUnavailable(
+                f"no connection to {display(self.url)} became free within {within}"
             ) from error
         except OSError as error:  # the socket under the driver: refused, reset, timed out
             if committed:
@@ -458,6 +524,21 @@ class Ledger:
         )
 
 
+#: Options that set up the engine a ledger creates, refused with ``engine=``.
+_ENGINE_OPTIONS = frozenset(
+    {
+        "pool_size",
+        "max_overflow",
+        "pool_timeout",
+        "pool_recycle",
+        "pool_pre_ping",
+        "echo",
+        "connect_args",
+        "lock_timeout",
+        "pgbouncer",
+        "sqlite_synchronous",
+    }
+)
 #: Every ledger of this process, for the fork hook below; weak, so that none is kept alive.
 _LEDGERS: WeakSet[Ledger] = WeakSet()
 #: In a forked child, the pools inherited from the parent: never used, never closed.

@@ -50,6 +50,14 @@ class DowngradeRefused(ChatledgerError, ValueError):
         self.tables = tables
 
 
+#: What a store's :class:`SchemaNotReady` adds for a database behind: the option that
+#: upgrades it on first use (other session stores' ``create_tables``).
+AUTO_UPGRADE_HINT = (
+    "; or let the store upgrade it on first use: auto_upgrade=True (create_tables=True "
+    "elsewhere), with a role that may change the schema"
+)
+
+
 class SessionDeleted(ChatledgerError, ValueError):
     """The session was deleted; its id keeps a tombstone so that no late writer
     (an append or a checkpoint computed before the delete) can revive it.
@@ -89,3 +97,17 @@ class OutcomeUnknown(StorageUnavailable):
         #: The id the write carries (a raw message's or checkpoint's row id, a rein
         #: save's write id), when it has one.
         self.write_id = write_id
+
+
+def missing_extra(what: str, extra: str) -> str:
+    """The one message of a missing optional dependency, from every entry point (the
+    library and the CLI): ``"<what> is missing: pip install 'chatledger[<extra>]'"``."""
+    return f"{what} is missing: pip install 'chatledger[{extra}]'"
+
+
+def require_extra(error: ModuleNotFoundError, package: str, what: str, extra: str) -> None:
+    """Raise :func:`missing_extra`'s message (a ``ModuleNotFoundError`` still naming the
+    module) when ``error`` is of ``package`` (or a module in it) being missing."""
+    name = error.name or ""
+    if name == package or name.startswith(f"{package}."):
+        raise ModuleNotFoundError(missing_extra(what, extra), name=name) from error

@@ -208,6 +208,10 @@ class LedgerSessionStore:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
             ``None`` reads ``CHATLEDGER_DSN``, then uses the embedded SQLite default
             (the same rules as the zett storage, :func:`chatledger.dsn.resolve_dsn`).
+        engine: instead of ``dsn``, an ``AsyncEngine`` of your own to use (and go on
+            owning: ``close`` leaves it open); see :class:`chatledger.engine.Ledger`.
+            The store's calls run on its own loop (below): give it an engine no other
+            loop uses, or one with ``poolclass=NullPool``.
         **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
 
     Raises:

@@ -648,8 +648,10 @@ def _mask_password(message: str, dsn: str | None) -> str:
             continue
         passwords: set[str] = set()
         try:
-            passwords.add(urlsplit(candidate).password or "")
+            # A DSN refused here never reached a driver, and the refusal names no part
+            # of it; urlsplit's reading of it might be a mere fragment of the password.
             passwords.add(str(resolve_dsn(candidate).password or ""))
+            passwords.add(urlsplit(candidate).password or "")
         except (ValueError, TypeError):
             pass
         for password in sorted(passwords - {""}, key=len, reverse=True):

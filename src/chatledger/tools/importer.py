@@ -235,7 +235,7 @@ class Importer:
     async def _refused(self, conn: AsyncConnection, session: _Session, error: Exception) -> None:
         if not isinstance(error, IntegrityError) and not (
             isinstance(error, DBAPIError)
-            and dialects.classify(self.ledger.dialect, error) is dialects.Failure.TOO_LARGE
+            and dialects.classify(self.ledger.rules, error) is dialects.Failure.TOO_LARGE
         ):
             raise error
         await conn.rollback()

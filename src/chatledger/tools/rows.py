@@ -135,10 +135,10 @@ class BulkInsert:
     def __init__(self, table: Table, columns: Sequence[str], dialect: Dialect) -> None:
         compiled = table.insert().compile(dialect=dialect, column_keys=list(columns))
         self.sql = str(compiled)
-        order = compiled.positiontup
-        if order is None:  # pragma: no cover - every dialect chatledger serves is positional
-            raise RuntimeError(f"{dialect.name} does not bind by position")
-        self._order = tuple(order)
+        # Positional (asyncpg, aiomysql, aiosqlite), or by name (psycopg's pyformat),
+        # where the insert's parameters are named after its columns.
+        self._named = compiled.positiontup is None
+        self._order = tuple(columns if compiled.positiontup is None else compiled.positiontup)
         self._processors = tuple(
             (index, processor)
             for index, name in enumerate(self._order)
@@ -148,14 +148,14 @@ class BulkInsert:
     async def execute(self, conn: AsyncConnection, rows: Sequence[Record]) -> None:
         """Insert ``rows`` (decoded records' rows) in one ``executemany``."""
         order, processors = self._order, self._processors
-        parameters = []
+        parameters: list[Any] = []
         for row in rows:
             values = [row[name] for name in order]
             for index, processor in processors:
                 value = values[index]
                 if value is not None:
                     values[index] = processor(value)
-            parameters.append(tuple(values))
+            parameters.append(dict(zip(order, values, strict=True)) if self._named else tuple(values))
         await conn.exec_driver_sql(self.sql, parameters)
 
 

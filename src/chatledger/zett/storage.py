@@ -98,6 +98,8 @@ class LedgerSessionStorage:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
             ``None`` reads ``CHATLEDGER_DSN``, then uses the embedded SQLite default
             (:func:`chatledger.dsn.default_sqlite_path`).
+        engine: instead of ``dsn``, an ``AsyncEngine`` of your own to use (and go on
+            owning: ``close`` leaves it open); see :class:`chatledger.engine.Ledger`.
         load_cache_messages: how many decoded raw messages :meth:`load` keeps for
             the sessions it loaded, least recently loaded session evicted first
             (each session counts its tail's messages plus one); 0 disables it.
