@@ -3,8 +3,8 @@
 asyncpg and psycopg behind PgBouncer in transaction pooling mode: the store's ``pgbouncer=True``
 option (no client-side pool, no cached or reused prepared-statement names) with the
 DSN pointing at PgBouncer's port. Each test starts its own ``pgbouncer`` (Debian
-package ``pgbouncer``) in front of this machine's PostgreSQL, configured as the
-README says (``pool_mode = transaction``, ``server_reset_query = DISCARD ALL``,
+package ``pgbouncer``) in front of this machine's PostgreSQL, configured as
+docs/pgbouncer.md says (``pool_mode = transaction``, ``server_reset_query = DISCARD ALL``,
 ``server_reset_query_always = 1``), with fewer server connections than clients so
 that transactions of one client land on different server connections.
 

@@ -211,9 +211,9 @@ async def test_demo_and_stress_say_what_they_left_and_how_to_remove_it(
         dsn = url.render_as_string(hide_password=False)
         assert await run(["demo", "--dsn", dsn]) == 0
         out = capsys.readouterr().out
-        shown = next(line for line in out.splitlines() if "see it:" in line).split("see it:")[1].split()
+        shown = next(line for line in out.splitlines() if "chatledger sessions show" in line).split()
         assert shown[:3] == ["chatledger", "sessions", "show"] and shown[3].startswith("demo-")
-        assert f"remove it: chatledger sessions delete {shown[3]} --dsn" in out
+        assert f"  chatledger sessions delete {shown[3]} --dsn" in out
         assert await run(["sessions", "show", shown[3], "--dsn", dsn]) == 0
         assert "checkpoint version 1" in capsys.readouterr().out
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,8 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
     """The ``--dsn`` option every subcommand shares."""
     parser.add_argument(
         "--dsn",
-        help=f"database URL (postgresql://, mysql://, mariadb://, sqlite:///PATH); default: ${DSN_ENV}, "
-        "else the embedded SQLite database",
+        help="database URL (postgresql://, postgresql+psycopg://, mysql://, mariadb://, "
+        f"sqlite:///PATH); default: ${DSN_ENV}, else the embedded SQLite database",
     )
 
 
@@ -77,16 +78,20 @@ def _configure_demo(parser: argparse.ArgumentParser) -> None:
 
 async def _demo(args: argparse.Namespace, console: Console) -> int:
     try:
-        from .demo import run_demo  # imports zett-agent, which only the demo needs
+        from .demo import SESSION_PREFIX, run_demo  # imports zett-agent, which only the demo needs
     except ModuleNotFoundError as error:
         if error.name != "zett_agent" and not (error.name or "").startswith("zett_agent."):
             raise
         raise ImportError("the demo needs zett-agent: pip install 'chatledger[zett]'") from error
     demo = await run_demo(args.dsn, console)
-    dsn = f" --dsn {_dsn_hint(args.dsn)}" if args.dsn else ""
-    _say(console, f"the demo left its session {demo.session_id} in {demo.database}:")
-    _say(console, f"  see it:    chatledger sessions show {demo.session_id}{dsn}")
-    _say(console, f"  remove it: chatledger sessions delete {demo.session_id}{dsn}")
+    # Command lines to paste: the DSN as given (password masked), quoted for a shell.
+    dsn = f" --dsn {shlex.quote(_dsn_hint(args.dsn))}" if args.dsn else ""
+    _say(console, f"the demo left its session {demo.session_id} in {demo.database}; look at it:")
+    _say(console, f"  chatledger sessions show {demo.session_id}{dsn}")
+    _say(console, f"  chatledger sessions list{dsn}")
+    _say(console, "remove it, or every session the demo left:")
+    _say(console, f"  chatledger sessions delete {demo.session_id}{dsn}")
+    _say(console, f"  chatledger sessions purge --prefix {SESSION_PREFIX}{dsn}")
     return 0
 
 

@@ -64,6 +64,8 @@ from ..zett import LedgerSessionExtension, LedgerSessionStorage
 SYSTEM_PROMPT = "You are the chatledger demo assistant."
 #: Compaction budget, in :func:`count_tokens` units: crossed by the third turn only.
 MAX_TOKENS = 90
+#: Every demo session's id starts with it (``chatledger sessions purge --prefix demo-``).
+SESSION_PREFIX = "demo-"
 #: Sessions shown from ``list_sessions`` (newest activity first).
 SESSIONS_SHOWN = 5
 
@@ -332,7 +334,7 @@ async def record_demo(dsn: str | URL | None) -> DemoRun:
         chatledger.StorageUnavailable: the database cannot be reached.
         ValueError: an invalid DSN.
     """
-    session_id = f"demo-{uuid.uuid4()}"
+    session_id = f"{SESSION_PREFIX}{uuid.uuid4()}"
     trace: list[TraceEntry] = []
 
     first = AuditedStorage(dsn, trace, run=1)
@@ -342,7 +344,7 @@ async def record_demo(dsn: str | URL | None) -> DemoRun:
         await extension.create_session(session_id=session_id, title="chatledger demo", agent_name="demo")
         client = await _agent(extension, session_id, FIRST_STEPS)
         for step in FIRST_STEPS:
-            await _turn(client, step.user, demo)
+            await _turn(client, step.user, demo, first)
     finally:
         await extension.close()
     if not first.snapshots:
@@ -355,7 +357,7 @@ async def record_demo(dsn: str | URL | None) -> DemoRun:
     try:
         client = await _agent(extension, session_id, SECOND_STEPS)
         for step in SECOND_STEPS:
-            await _turn(client, step.user, demo)
+            await _turn(client, step.user, demo, second)
         demo.restored = second.views[0]
         restart = demo.transcript.index(RESTART)
         demo.transcript.insert(restart + 1, ("restored", _describe_view(demo.restored)))
@@ -378,7 +380,7 @@ async def _agent(extension: LedgerSessionExtension, session_id: str, steps: Sequ
     )
 
 
-async def _turn(client: AgentClient, text: str, demo: DemoRun) -> None:
+async def _turn(client: AgentClient, text: str, demo: DemoRun, storage: AuditedStorage) -> None:
     demo.transcript.append(("user", text))
     async for event in client.stream(text):
         if event.type is AgentEventType.TOOL_STARTED:
@@ -388,12 +390,17 @@ async def _turn(client: AgentClient, text: str, demo: DemoRun) -> None:
         elif event.type is AgentEventType.TOOL_COMPLETED and isinstance(event.message, ToolMessage):
             demo.transcript.append(("tool", f"-> {event.message.text}"))
         elif event.type is AgentEventType.COMPACTION_COMPLETED and event.compaction is not None:
-            compacted = event.compaction
+            # zett's event counts positions in the model's context; the checkpoint the
+            # storage wrote (before zett emitted the event) names raw-log sequences, the
+            # boundary every other line of the demo shows. A fresh session starts at 1.
+            if not storage.snapshots:
+                raise RuntimeError("zett compacted the context but the storage wrote no checkpoint")
+            stored = storage.snapshots[-1]
             demo.transcript.append(
                 (
                     "compaction",
-                    f"context messages {compacted.compressed_from}..{compacted.compressed_to} "
-                    "replaced by a checkpoint",
+                    f"raw messages 1..{stored.compacted_through_sequence} replaced by checkpoint "
+                    f"v{stored.version} in the model's context (the raw log keeps them)",
                 )
             )
         elif event.type is AgentEventType.RUN_COMPLETED and isinstance(event.message, AssistantMessage):
@@ -456,7 +463,14 @@ def render_demo(demo: DemoRun, console: Console) -> None:
         )
         checkpoint.append(demo.checkpoint.compacted_message.text.splitlines()[-1], style="")
         console.print(checkpoint)
-        console.print(Text("(it summarizes the dim rows; the raw log itself never changes)", style="dim"))
+        last = demo.raw[-1].sequence if demo.raw else boundary
+        console.print(
+            Text(
+                f"(it stands for raw messages 1..{boundary}, which stay in the raw log unchanged; "
+                f"a load returns the checkpoint and the messages after it, {boundary + 1}..{last})",
+                style="dim",
+            )
+        )
 
     trace = _table("storage trace (AuditedStorage), one row per request",
                    ("run", 3), ("load", -2, True), ("then", -3, True))  # fmt: skip

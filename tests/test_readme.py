@@ -1,0 +1,151 @@
+"""The README holds: its links and section references resolve, its CLI reference and
+troubleshooting cover every command and error class, and its getting-started and
+rein examples print what it says they print (run as a reader would, on SQLite)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import chatledger
+from chatledger.tools.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def headings(markdown: str) -> list[str]:
+    """The headings' text, outside fenced code blocks."""
+    found, fenced = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := re.match(r"#{1,6} (.+)", line)):
+            found.append(match.group(1).strip())
+    return found
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def section(title: str) -> str:
+    """The README's ``## title`` section, up to the next ``## ``."""
+    start = README.index(f"\n## {title}\n")
+    end = README.find("\n## ", start + 1)
+    return README[start : end if end != -1 else None]
+
+
+def code_blocks(markdown: str) -> list[tuple[str, str]]:
+    """Every fenced block: (its language, its text)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```$", markdown, re.MULTILINE | re.DOTALL)
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *DOCS], ids=lambda path: path.name)
+def test_links_resolve(path: Path) -> None:
+    text = path.read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        file, _, fragment = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.exists(), f"{path.name}: {target} names no file"
+        if fragment:
+            assert fragment in {anchor(h) for h in headings(linked.read_text())}, f"{path.name}: {target}"
+
+
+def test_quoted_sections_exist() -> None:
+    """Messages and docs that send a reader to a README section by name ("Two roles: owner
+    and runtime") name one that exists."""
+    names = set(headings(README))
+    sources = [*(ROOT / "src").rglob("*.py"), *DOCS]
+    for source in sources:
+        for name in re.findall(r"README(?:'s)?,? \"([^\"]+)\"", source.read_text()):
+            assert any(heading.startswith(name) for heading in names), f"{source.name}: no README {name!r}"
+    for name in re.findall(r'see "([^"]+)"', README):
+        assert any(heading.startswith(name) for heading in names), f"README refers to a missing {name!r}"
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subparsers of ``parser``, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_cli_reference_lists_every_command() -> None:
+    reference = section("CLI reference")
+    for command in COMMANDS:
+        assert f"| `chatledger {command.name}" in reference, command.name
+    sessions = subcommands(subcommands(build_parser())["sessions"])
+    assert sessions
+    for action in sessions:
+        assert f"| `chatledger sessions {action}" in reference, action
+
+
+def test_troubleshooting_covers_every_error_class() -> None:
+    troubleshooting = section("Troubleshooting")
+    for name in chatledger.__all__:
+        assert f"`{name}`" in troubleshooting or f"`chatledger.{name}`" in troubleshooting, name
+
+
+def console_runs(block: str) -> list[tuple[str, str]]:
+    """A ``console`` block as (command, its output) pairs."""
+    runs: list[tuple[str, list[str]]] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            runs.append((line[2:], []))
+        else:
+            runs[-1][1].append(line)
+    return [(command, "\n".join(output)) for command, output in runs]
+
+
+def run_example(source: str, output: str, script: str, cwd: Path) -> None:
+    """Write ``source`` as ``script`` in ``cwd``, run the console block ``output`` there
+    (``python SCRIPT`` lines), and compare what each run printed."""
+    (cwd / script).write_text(source)
+    env = {key: value for key, value in os.environ.items() if key != "CHATLEDGER_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    for command, expected in console_runs(output):
+        assert command == f"python {script}"
+        printed = subprocess.run(
+            [sys.executable, script], cwd=cwd, env=env, capture_output=True, text=True, check=True
+        ).stdout
+        assert printed.rstrip("\n") == expected
+
+
+def example(title: str, opening: str) -> tuple[str, str]:
+    """The ``python`` block of section ``title`` that starts with ``opening``, and the
+    ``console`` block right after it."""
+    blocks = code_blocks(section(title))
+    for index, (language, text) in enumerate(blocks):
+        if language == "python" and text.startswith(opening):
+            follower = blocks[index + 1]
+            assert follower[0] == "console"
+            return text, follower[1]
+    raise AssertionError(f"no python block starting with {opening!r} in {title!r}")
+
+
+def test_getting_started_example_prints_what_it_says(tmp_path: Path) -> None:
+    source, output = example("Getting started", "import asyncio")
+    assert len(source.strip().splitlines()) <= 12
+    run_example(source, output, "hello.py", tmp_path)
+
+
+def test_rein_example_prints_what_it_says(tmp_path: Path) -> None:
+    source, output = example("Using it with rein-agent", "from rein import")
+    run_example(source, output, "chat.py", tmp_path)
+
+
+def test_zett_agent_example_prints_what_it_says(tmp_path: Path) -> None:
+    source, output = example("Using it with zett-agent", "import asyncio")
+    run_example(source, output, "agent.py", tmp_path)
