@@ -390,9 +390,10 @@ class DialectRules:
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that are transient whatever their code.
     transient_exceptions: frozenset[str] = frozenset()
-    #: Driver messages that make an error transient whatever its code (a code the
-    #: driver shares with failures that are not).
-    transient_messages: tuple[str, ...] = ()
+    #: (SQLSTATE, server routine) pairs that are transient: a code the server shares
+    #: with failures that are not, told apart by the routine that raised it (the
+    #: error's ``diag.source_function``, which does not depend on the server's language).
+    transient_routines: frozenset[tuple[str, str]] = frozenset()
     #: Error codes read from the driver's message when the driver gives none (psycopg's
     #: failures to connect carry the server's message but no SQLSTATE): the first
     #: pattern found in the message names the code.
@@ -707,11 +708,12 @@ RULES_BY_DRIVER: dict[tuple[str, str], DialectRules] = {
     ("postgresql", "psycopg"): replace(
         RULES["postgresql"],
         # psycopg prepares a statement on its fifth run; one whose result type an
-        # online migration changed fails with SQLSTATE 0A000 (shared with failures
-        # that are not transient, hence the message). The ROLLBACK clears psycopg's
+        # online migration changed fails with SQLSTATE 0A000, which other unsupported
+        # features share: told apart by the server routine that raised it, as asyncpg
+        # tells its InvalidCachedStatementError apart. The ROLLBACK clears psycopg's
         # prepared statements, so the retry prepares anew.
         transient_exceptions=frozenset(),
-        transient_messages=("cached plan must not change result type",),
+        transient_routines=frozenset({("0A000", "RevalidateCachedQuery")}),
         message_codes=_PSYCOPG_CONNECT_CODES,
         connect_args=_psycopg_connect_args,
         driver="psycopg",
@@ -793,6 +795,13 @@ def _class_names(error: BaseException | None) -> set[str]:
     return names
 
 
+def _server_routine(orig: BaseException | None) -> str | None:
+    """The server routine that raised a PostgreSQL error (the error field "R"), as
+    psycopg reports it (``diag.source_function``)."""
+    routine = getattr(getattr(orig, "diag", None), "source_function", None)
+    return routine if isinstance(routine, str) else None
+
+
 def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
     """What ``error`` means: see :class:`Failure`. The codes are the rules' of the
     dialect (a name: its default driver's) or of the driver given."""
@@ -807,7 +816,7 @@ def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
     if (
         code in found.transient_codes
         or found.transient_exceptions & _class_names(error.orig)
-        or (found.transient_messages and any(text in str(error.orig) for text in found.transient_messages))
+        or (found.transient_routines and (code, _server_routine(error.orig)) in found.transient_routines)
     ):
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
