@@ -62,6 +62,10 @@ class Ledger:
         ValueError / TypeError: a bad DSN, option or engine, or both ``dsn`` and
             ``engine``.
 
+    A given engine is refused on use with ``ConfigurationError`` naming the fix when
+    its connections are set up otherwise than the ledger needs (in autocommit; on
+    MySQL, another character set or isolation).
+
     The engine is created here, but nothing connects until the first call, so a
     ledger can be built before an event loop runs.
 
@@ -348,7 +352,8 @@ class Ledger:
             StorageUnavailable: the budget ran out on transient failures or an
                 unreachable database; nothing from this call was committed.
             ConfigurationError: the server refused the configuration (database, login,
-                privilege); never retried.
+                privilege), or a caller's engine cannot serve the call (see ``engine``
+                above); never retried.
             ValueError: the server refused a statement as too large; nothing written.
             SchemaNotReady: the database is not at a revision this chatledger runs on,
                 or lacks a table or column it uses (a hand-made or hand-changed
@@ -462,6 +467,8 @@ class Ledger:
                 if options:
                     conn = await conn.execution_options(**options)
                 async with conn.begin():
+                    if self.foreign:  # after the engine's own begin listeners
+                        await self.rules.foreign_begin(conn)
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
                 committed = True
