@@ -1,7 +1,7 @@
 """A store on an ``AsyncEngine`` its caller made and owns (``engine=``), on every target:
 used as it is, never disposed by the store, its own transactions left alone; what
 the ledger needs of it set (SQLite's WAL) or checked (MySQL's isolation and charset;
-every transaction: no autocommit)."""
+every transaction: no autocommit); a pooled one refused on a second event loop."""
 
 from __future__ import annotations
 
@@ -330,3 +330,40 @@ async def test_a_pooled_connection_put_in_autocommit_later_is_refused(
         assert await _count(engine, session_id) == 1
     finally:
         await engine.dispose()
+
+
+# -- event loops ----------------------------------------------------------------------------
+
+
+def test_pooled_callers_engine_is_refused_on_a_second_event_loop(database: Database, session_id: str) -> None:
+    """The pool's connections (and its wait queue) belong to the first loop; the store
+    cannot replace the pool of an engine it does not own, so it refuses, before any
+    checkout, and goes on serving its first loop."""
+    engine = create_async_engine(database.url)
+    storage = LedgerSessionStorage(engine=engine, retry_timeout=5)
+    first = asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(storage.append(session_id, "r", UserMessage(content="one"))) == 1
+        idle = engine.sync_engine.pool.checkedin()  # type: ignore[attr-defined]
+        with pytest.raises(ConfigurationError, match=r"one engine, and one store, per event loop.*NullPool"):
+            asyncio.run(storage.append(session_id, "r", UserMessage(content="two")))
+        pool = engine.sync_engine.pool
+        assert (pool.checkedin(), pool.checkedout()) == (idle, 0)  # type: ignore[attr-defined]
+        assert first.run_until_complete(storage.append(session_id, "r", UserMessage(content="two"))) == 2
+        first.run_until_complete(storage.close())
+    finally:
+        first.run_until_complete(engine.dispose())
+        first.close()
+
+
+def test_callers_engine_without_a_pool_serves_every_event_loop(database: Database, session_id: str) -> None:
+    engine = create_async_engine(database.url, poolclass=NullPool)
+    storage = LedgerSessionStorage(engine=engine, retry_timeout=5)
+    try:
+        assert asyncio.run(storage.append(session_id, "r", UserMessage(content="one"))) == 1
+        assert asyncio.run(storage.append(session_id, "r", UserMessage(content="two"))) == 2
+        asyncio.run(storage.close())
+        with pytest.raises(RuntimeError, match="closed"):  # closed, from any loop
+            asyncio.run(storage.load(session_id))
+    finally:
+        asyncio.run(engine.dispose())
