@@ -21,8 +21,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from sqlalchemy import select, text, update
-from sqlalchemy.engine import URL
+from sqlalchemy import event, select, text, update
+from sqlalchemy.engine import URL, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -92,6 +92,47 @@ async def test_stale_cached_statement_after_an_online_migration_is_retried(
         await _admin(url, "ALTER TABLE raw_messages ALTER COLUMN request_id TYPE varchar(300)")
         view = await storage.load(session_id)  # the same pooled connection, its statement stale
         assert [record.message.content for record in view.raw_tail] == ["found"]
+        assert storage.ledger.retries == 1
+
+
+async def test_psycopg_tells_a_stale_statement_by_the_server_routine(
+    servers: Servers, session_id: str
+) -> None:
+    """SQLSTATE 0A000 (feature_not_supported) is transient only when the server's
+    routine that revalidates cached plans raised it: read from the error's fields, not
+    its message, which a server set to another language words otherwise."""
+    failures: list[DBAPIError] = []
+    async with (
+        migrated_database(shared_server(servers, "postgresql")) as url,
+        LedgerSessionStorage(
+            url.set(drivername="postgresql+psycopg"), pool_size=1, max_overflow=0, load_cache_messages=0
+        ) as storage,
+    ):
+        engine = storage.ledger.engine.sync_engine
+
+        @event.listens_for(engine, "handle_error")
+        def _keep(context: ExceptionContext) -> None:
+            if isinstance(context.sqlalchemy_exception, DBAPIError):
+                failures.append(context.sqlalchemy_exception)
+
+        await storage.append(session_id, "r", ToolMessage(tool_call_id="c1", name="search", content="found"))
+        for _ in range(6):  # psycopg prepares the tail query on its fifth run
+            await storage.load(session_id)
+        await _admin(url, "ALTER TABLE raw_messages ALTER COLUMN request_id TYPE varchar(301)")
+        assert len((await storage.load(session_id)).raw_tail) == 1
+        assert storage.ledger.retries == 1
+        [stale] = failures
+        assert (stale.orig.sqlstate, stale.orig.diag.source_function) == ("0A000", "RevalidateCachedQuery")  # type: ignore[union-attr]
+        # The same error worded in another language is still transient.
+        stale.orig.args = ("el plan en caché no debe cambiar el tipo de resultado",)  # type: ignore[union-attr]
+        assert classify(storage.ledger.rules, stale) is Failure.TRANSIENT
+        # Another feature_not_supported is the statement's own failure, never retried.
+        with pytest.raises(DBAPIError) as other:
+            await storage.ledger.read(
+                lambda conn: conn.exec_driver_sql("SELECT count(*) FROM agent_sessions FOR UPDATE")
+            )
+        assert other.value.orig.sqlstate == "0A000"  # type: ignore[union-attr]
+        assert classify(storage.ledger.rules, other.value) is Failure.OTHER
         assert storage.ledger.retries == 1
 
 

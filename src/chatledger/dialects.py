@@ -21,6 +21,7 @@ import hashlib
 import logging
 import math
 import re
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
@@ -349,6 +350,11 @@ ConnectArgs = Callable[[LedgerOptions], dict[str, Any]]
 #: Set-up of a connection of an engine the caller owns, on its first use by a ledger:
 #: applies what keeps to the database file, checks the rest (raising ``ConfigurationError``).
 ForeignCheck = Callable[[Connection], None]
+#: Run at the start of every ledger transaction on a connection of an engine the caller
+#: owns, right after SQLAlchemy began it and the engine's own ``begin`` listeners ran:
+#: checks that the transaction is one (``ConfigurationError`` naming the fix if not)
+#: and, on SQLite, emits the explicit ``BEGIN <mode>``.
+ForeignBegin = Callable[[AsyncConnection], Awaitable[None]]
 
 
 def _no_setup(_options: LedgerOptions) -> tuple[str, ...]:
@@ -365,6 +371,39 @@ def _no_pgbouncer_args() -> dict[str, Any]:
 
 def _no_check(_conn: Connection) -> None:
     return None
+
+
+def _sync(conn: AsyncConnection) -> Connection:
+    """The synchronous ``Connection`` under ``conn``: its DBAPI connection and options
+    are read from it without a round trip or a greenlet."""
+    sync = conn.sync_connection
+    if sync is None:  # pragma: no cover - only a closed AsyncConnection has none
+        raise RuntimeError("the connection is closed")
+    return sync
+
+
+_AUTOCOMMIT_FIX = (
+    "chatledger runs every call as one transaction, so that a refused or failed write "
+    "leaves nothing behind: create the engine without autocommit (no autocommit=True in "
+    "its connect_args, no isolation_level='AUTOCOMMIT'), or give the store an engine of its own"
+)
+
+
+async def _refuse_autocommit(conn: AsyncConnection) -> None:
+    """A server connection whose driver commits every statement on its own (aiomysql's
+    or psycopg's ``autocommit=True`` connect argument, ``SET autocommit = 1`` on a
+    pooled connection) is refused before the transaction's first statement: its
+    "transaction" would commit statement by statement.
+
+    Read from the driver's state with SQLAlchemy's ``detect_autocommit_setting``,
+    which costs no round trip (aiomysql reads the server status of the last reply), so
+    every transaction is checked, on whichever pooled connection it runs."""
+    dbapi_connection = _sync(conn).connection.dbapi_connection
+    if dbapi_connection is not None and conn.dialect.detect_autocommit_setting(dbapi_connection):
+        raise ConfigurationError(
+            f"the engine's connection runs in autocommit mode ({conn.dialect.driver} commits every "
+            f"statement on its own); {_AUTOCOMMIT_FIX}"
+        )
 
 
 @dataclass(frozen=True)
@@ -390,9 +429,10 @@ class DialectRules:
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that are transient whatever their code.
     transient_exceptions: frozenset[str] = frozenset()
-    #: Driver messages that make an error transient whatever its code (a code the
-    #: driver shares with failures that are not).
-    transient_messages: tuple[str, ...] = ()
+    #: (SQLSTATE, server routine) pairs that are transient: a code the server shares
+    #: with failures that are not, told apart by the routine that raised it (the
+    #: error's ``diag.source_function``, which does not depend on the server's language).
+    transient_routines: frozenset[tuple[str, str]] = frozenset()
     #: Error codes read from the driver's message when the driver gives none (psycopg's
     #: failures to connect carry the server's message but no SQLSTATE): the first
     #: pattern found in the message names the code.
@@ -427,8 +467,9 @@ class DialectRules:
     connect_args: ConnectArgs = _no_connect_args
     #: Statements run once on every new connection, from the store's options.
     session_setup: SessionSetup = _no_setup
-    #: Transactions begin with an explicit ``BEGIN <mode>`` from the ``begin`` event,
-    #: the mode taken from the ``chatledger_sqlite_begin`` execution option (SQLite).
+    #: Transactions begin with an explicit ``BEGIN <mode>`` from the ``begin`` event
+    #: (on an engine the caller owns: from :attr:`foreign_begin`), the mode taken from
+    #: the ``chatledger_sqlite_begin`` execution option (SQLite).
     explicit_begin: bool = False
     #: Largest statement the server takes, in bytes, when no query says otherwise:
     #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
@@ -445,6 +486,8 @@ class DialectRules:
     pgbouncer_connect_args: Callable[[], dict[str, Any]] = _no_pgbouncer_args
     #: Set-up and checks of a connection of an engine the caller owns (``engine=``).
     check_foreign: ForeignCheck = _no_check
+    #: The start of every ledger transaction on an engine the caller owns.
+    foreign_begin: ForeignBegin = _refuse_autocommit
 
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
         """The later of a stored instant and ``now``, computed in the statement: what an
@@ -547,6 +590,58 @@ def _check_foreign_sqlite(conn: Connection) -> None:
     connections put it (the mode is the file's, kept for every connection)."""
     if str(conn.exec_driver_sql("PRAGMA journal_mode").scalar()).lower() != "wal":
         conn.exec_driver_sql("PRAGMA journal_mode = WAL")
+
+
+async def _begin_sqlite_foreign(conn: AsyncConnection) -> None:
+    """SQLite, on an engine the caller made: the ledger's transaction begins with an
+    explicit ``BEGIN <chatledger_sqlite_begin>`` (``IMMEDIATE`` when the option is not
+    given, none when it is ``None``), as on chatledger's own engines
+    (:func:`configure_engine`).
+
+    Emitted here, after the engine's own ``begin`` listeners (SQLAlchemy runs those
+    of an engine copy first, then the engine's). An engine set up by SQLAlchemy's
+    recipe for transactional SQLite (pysqlite / aiosqlite documentation,
+    "Serializable isolation / Savepoints / Transactional DDL": ``isolation_level =
+    None`` on connect and a ``begin`` listener emitting ``BEGIN``), or sqlite3's
+    ``autocommit=False`` (Python 3.12+, which opens a transaction by itself), has
+    the connection in a transaction by now, one that has run nothing of the
+    ledger's and holds no lock: it is rolled back first, so that the ledger's
+    transaction begins in its own mode, and the journal mode can change outside a
+    transaction.
+
+    Raises:
+        ConfigurationError: sqlite3 runs in ``autocommit=True`` mode (Python 3.12+),
+            in which ``commit()`` and ``rollback()`` do nothing: the ledger's
+            transactions would never end.
+    """
+    sync = _sync(conn)
+    driver: Any = sync.connection.driver_connection  # aiosqlite's Connection
+    if sys.version_info >= (3, 12):
+        await _refuse_sqlite_autocommit(sync.info, driver)
+    if driver.in_transaction:
+        await conn.exec_driver_sql("ROLLBACK")
+    mode = sync.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
+    if mode:
+        await conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+#: ``info`` key of a pooled SQLite connection (kept across checkouts): whether its
+#: sqlite3 connection runs in ``autocommit=True`` mode.
+_SQLITE_AUTOCOMMIT = "chatledger_sqlite_autocommit"
+
+
+async def _refuse_sqlite_autocommit(info: dict[str, Any], driver: Any) -> None:
+    """Refuse a sqlite3 connection in ``autocommit=True`` mode (Python 3.12+). sqlite3
+    lets only its own thread read the mode, so it is read in aiosqlite's (as SQLAlchemy
+    sets ``isolation_level`` there), once per connection: it is set on connect."""
+    if _SQLITE_AUTOCOMMIT not in info:
+        mode = await driver._execute(getattr, driver._conn, "autocommit", None)
+        info[_SQLITE_AUTOCOMMIT] = mode is True
+    if info[_SQLITE_AUTOCOMMIT]:
+        raise ConfigurationError(
+            "the engine's sqlite3 connections run with autocommit=True, in which commit() does "
+            f"nothing; {_AUTOCOMMIT_FIX} (isolation_level=None works)"
+        )
 
 
 _PRIVILEGE_HINT_POSTGRESQL = (
@@ -670,6 +765,7 @@ RULES: dict[str, DialectRules] = {
         server=False,
         driver="aiosqlite",
         check_foreign=_check_foreign_sqlite,
+        foreign_begin=_begin_sqlite_foreign,
         # SQLITE_TOOBIG
         too_large_codes=frozenset({18}),
         # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
@@ -707,11 +803,12 @@ RULES_BY_DRIVER: dict[tuple[str, str], DialectRules] = {
     ("postgresql", "psycopg"): replace(
         RULES["postgresql"],
         # psycopg prepares a statement on its fifth run; one whose result type an
-        # online migration changed fails with SQLSTATE 0A000 (shared with failures
-        # that are not transient, hence the message). The ROLLBACK clears psycopg's
+        # online migration changed fails with SQLSTATE 0A000, which other unsupported
+        # features share: told apart by the server routine that raised it, as asyncpg
+        # tells its InvalidCachedStatementError apart. The ROLLBACK clears psycopg's
         # prepared statements, so the retry prepares anew.
         transient_exceptions=frozenset(),
-        transient_messages=("cached plan must not change result type",),
+        transient_routines=frozenset({("0A000", "RevalidateCachedQuery")}),
         message_codes=_PSYCOPG_CONNECT_CODES,
         connect_args=_psycopg_connect_args,
         driver="psycopg",
@@ -793,6 +890,13 @@ def _class_names(error: BaseException | None) -> set[str]:
     return names
 
 
+def _server_routine(orig: BaseException | None) -> str | None:
+    """The server routine that raised a PostgreSQL error (the error field "R"), as
+    psycopg reports it (``diag.source_function``)."""
+    routine = getattr(getattr(orig, "diag", None), "source_function", None)
+    return routine if isinstance(routine, str) else None
+
+
 def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
     """What ``error`` means: see :class:`Failure`. The codes are the rules' of the
     dialect (a name: its default driver's) or of the driver given."""
@@ -807,7 +911,7 @@ def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
     if (
         code in found.transient_codes
         or found.transient_exceptions & _class_names(error.orig)
-        or (found.transient_messages and any(text in str(error.orig) for text in found.transient_messages))
+        or (found.transient_routines and (code, _server_routine(error.orig)) in found.transient_routines)
     ):
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
@@ -884,14 +988,16 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
     and the rules of its dialect and driver.
 
     The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
-    that the listeners a ledger adds -- SQLite's explicit ``BEGIN IMMEDIATE`` /
-    ``BEGIN DEFERRED``, aiosqlite's clean-up of a cancelled statement -- apply to the
-    ledger's transactions only, never to the caller's own. Per-connection settings
-    are the engine's (chatledger does not change connections the caller also uses):
-    the lock timeout (PostgreSQL ``lock_timeout``, MySQL ``innodb_lock_wait_timeout``,
-    SQLite's busy timeout, sqlite3's ``timeout``), SQLite's ``synchronous``, Galera's
-    ``wsrep_sync_wait``, pooling. What a ledger needs of them is set or checked on
-    first use by :attr:`DialectRules.check_foreign`.
+    that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
+    apply to the ledger's transactions only, never to the caller's own. Per-connection
+    settings are the engine's (chatledger does not change connections the caller also
+    uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
+    ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
+    SQLite's ``synchronous``, Galera's ``wsrep_sync_wait``, pooling. What a ledger
+    needs of them is set or checked on first use by :attr:`DialectRules.check_foreign`,
+    and at the start of each of its transactions by :attr:`DialectRules.foreign_begin`
+    (no autocommit; SQLite's explicit ``BEGIN IMMEDIATE`` / ``BEGIN DEFERRED``, emitted
+    after the engine's own ``begin`` listeners), which the ledger runs.
 
     Raises:
         TypeError: ``engine`` is not an ``AsyncEngine``.
@@ -914,8 +1020,6 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
             "pass an engine without isolation_level='AUTOCOMMIT'"
         )
     view = engine.execution_options()
-    if found.explicit_begin:
-        _begin_explicitly(view)
     release_cancelled_statements(view)
     return view, found
 

@@ -51,8 +51,9 @@ class Ledger:
         engine: An ``AsyncEngine`` the caller made and owns, instead of ``dsn``: the
             ledger uses it and its pool, and neither disposes of it on :meth:`close`
             nor replaces its pool when the event loop changes (in a forked child it
-            does, as for its own: see **Forks**). What the ledger sets
-            up on its own engines and how a given one is used instead:
+            does, as for its own: see **Forks**), so a pooled one serves the ledger on
+            one event loop only (see **One event loop at a time**). What the ledger
+            sets up on its own engines and how a given one is used instead:
             :func:`chatledger.dialects.adopt_engine`. The options that set up an
             engine (pool sizes, ``connect_args``, ``lock_timeout``, ``pgbouncer``...)
             are refused with it.
@@ -61,6 +62,11 @@ class Ledger:
     Raises:
         ValueError / TypeError: a bad DSN, option or engine, or both ``dsn`` and
             ``engine``.
+
+    A given engine is refused on use with ``ConfigurationError`` naming the fix when
+    its connections are set up otherwise than the ledger needs (in autocommit; on
+    MySQL, another character set or isolation), or when a pooled one is used from a
+    second event loop.
 
     The engine is created here, but nothing connects until the first call, so a
     ledger can be built before an event loop runs.
@@ -77,6 +83,14 @@ class Ledger:
     and a call that races a switch can check out a connection of the other loop
     and fail with the driver's ``RuntimeError``. Give each such thread its own
     storage.
+
+    A caller's engine (``engine=``) is not the ledger's to replace: a call from
+    another loop than its first raises ``ConfigurationError`` before it checks out a
+    connection, unless the engine's pool is a ``NullPool`` (no connection outlives
+    its call, so any loop is served). SQLAlchemy's asyncio documentation ("Using
+    multiple asyncio event loops") gives the same rule for every driver: besides
+    asyncpg's and aiomysql's connections, the pool's own wait queue belongs to the
+    loop that first waited on it.
 
     **Forks.** In a child process (``os.fork``, gunicorn ``--preload``, celery
     prefork, multiprocessing's ``fork`` start method), the ledger starts over with
@@ -200,11 +214,24 @@ class Ledger:
         asyncpg's and aiomysql's cannot be used or closed from another loop, and
         calls still running on the previous loop keep theirs to the end. Runs
         without awaiting anything, so that no other task sees a half-replaced pool.
+
+        Raises:
+            ConfigurationError: the loop changed and the engine is the caller's, with
+                a pool that keeps connections (not a ``NullPool``); nothing was
+                checked out, and the ledger stays bound to its first loop.
         """
         loop = asyncio.get_running_loop()
         bound = self._loop
         if bound is not None and bound() is loop:
             return
+        if bound is not None and self.foreign and not isinstance(self.engine.pool, NullPool):
+            raise ConfigurationError(
+                f"{self!r} runs on the caller's engine, which it first used on another event loop; "
+                f"the engine's pool ({type(self.engine.pool).__name__}) keeps connections that belong "
+                "to that loop, and chatledger does not replace the pool of an engine it does not "
+                "own. Use one engine, and one store, per event loop, or create the engine with "
+                "poolclass=NullPool"
+            )
         self._loop = ref(loop)
         if bound is not None and not self.foreign:
             logger.debug(
@@ -348,7 +375,8 @@ class Ledger:
             StorageUnavailable: the budget ran out on transient failures or an
                 unreachable database; nothing from this call was committed.
             ConfigurationError: the server refused the configuration (database, login,
-                privilege); never retried.
+                privilege), or a caller's engine cannot serve the call (see ``engine``
+                above); never retried.
             ValueError: the server refused a statement as too large; nothing written.
             SchemaNotReady: the database is not at a revision this chatledger runs on,
                 or lacks a table or column it uses (a hand-made or hand-changed
@@ -372,9 +400,9 @@ class Ledger:
         settle: Settle[T] | None = None,
         write_id: str | None = None,
     ) -> T:
-        await self._bind_loop()
         if self._closed:
             raise RuntimeError(f"{self!r} is closed")
+        await self._bind_loop()
         if ready and not self._ready:
             await self.ensure_ready()
         if options is None:
@@ -462,6 +490,8 @@ class Ledger:
                 if options:
                     conn = await conn.execution_options(**options)
                 async with conn.begin():
+                    if self.foreign:  # after the engine's own begin listeners
+                        await self.rules.foreign_begin(conn)
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
                 committed = True

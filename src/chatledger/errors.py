@@ -68,8 +68,10 @@ class SessionDeleted(ChatledgerError, ValueError):
 
 class ConfigurationError(ChatledgerError, RuntimeError):
     """The database refused this configuration: no such database, unknown role, wrong
-    password, or a missing privilege. Not transient and never retried; the message
-    says what to fix."""
+    password, or a missing privilege; or an engine given to a store (``engine=``) cannot
+    serve it: its connections run in autocommit or, on MySQL, with another character
+    set or isolation, or a pooled one is used from a second event loop. Not transient
+    and never retried; the message says what to fix."""
 
 
 class StorageUnavailable(ChatledgerError, RuntimeError):

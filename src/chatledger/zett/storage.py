@@ -100,6 +100,9 @@ class LedgerSessionStorage:
             (:func:`chatledger.dsn.default_sqlite_path`).
         engine: instead of ``dsn``, an ``AsyncEngine`` of your own to use (and go on
             owning: ``close`` leaves it open); see :class:`chatledger.engine.Ledger`.
+            Its pool is not replaced on a new event loop: a pooled one serves one
+            loop (another raises ``ConfigurationError``), one with
+            ``poolclass=NullPool`` any.
         load_cache_messages: how many decoded raw messages :meth:`load` keeps for
             the sessions it loaded, least recently loaded session evicted first
             (each session counts its tail's messages plus one); 0 disables it.
