@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from chatledger import SchemaNotReady
-from chatledger.dsn import DSN_ENV, display
+from chatledger.dsn import DSN_ENV, as_argument, display, resolve_dsn
 from chatledger.migrate import head_revision, upgrade_database
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
@@ -50,7 +50,8 @@ async def test_storage_names_adopt_and_never_upgrades_zett_tables(zett_db: tuple
             with pytest.raises(SchemaNotReady) as raised:
                 await storage.load(ids[0])
         message = str(raised.value)
-        assert "zett-agent's own tables" in message and "chatledger adopt --dsn DSN" in message
+        named = f"chatledger adopt --dsn {as_argument(resolve_dsn(url))}"  # the database, password masked
+        assert "zett-agent's own tables" in message and named in message
         assert display(url) in message and "chatledger upgrade" not in message
     with pytest.raises(SchemaNotReady, match="chatledger adopt"):
         await upgrade_database(url)
@@ -80,7 +81,7 @@ async def test_commands_name_adopt_with_the_dsn_given(
     assert f"chatledger adopt --dsn {dsn}" in out
 
     code, output = await run_alembic(url, "upgrade", "head")
-    assert code != 0 and "chatledger adopt --dsn DSN" in output, output
+    assert code != 0 and f"chatledger adopt --dsn {as_argument(resolve_dsn(url))}" in output, output
     assert "Traceback" not in output
     assert await on_connection(url, catalog) == schema
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -11,8 +12,8 @@ import pytest
 from sqlalchemy.engine import URL
 
 from chatledger.dsn import DSN_ENV
-from chatledger.migrate import head_revision
-from chatledger.tools.cli import run
+from chatledger.migrate import head_revision, revisions
+from chatledger.tools.cli import CLOSED_PIPE, run
 
 from .backends import fresh_name
 from .conftest import Database
@@ -69,7 +70,10 @@ async def test_check_upgrade_current_downgrade_on_empty_database(
     assert await run(["check", "--dsn", empty_dsn]) == 0
     assert "is at head" in capsys.readouterr().out
     assert await run(["current", "--dsn", empty_dsn]) == 0
-    assert f"current   {head_revision()}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"current   {head_revision()}" in out
+    compatible = revisions().compatible_from[head_revision()]
+    assert f"usable by chatledger code of revision {compatible} and newer" in out
 
     assert await run(["downgrade", "--dsn", empty_dsn, "base"]) == 0
     assert "is at revision <none>" in capsys.readouterr().out
@@ -163,3 +167,54 @@ def test_console_script_exit_status(tmp_path: Path) -> None:
     assert "chatledger upgrade" in done.stderr and "Traceback" not in done.stderr
     done = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("chatledger ")
+
+
+@pytest.mark.parametrize("mistake", ["database", "user"])
+async def test_schema_commands_word_a_refused_configuration_as_the_stores_do(
+    database: Database, mistake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No such database, or a login the server refuses: every command says what to
+    fix in the same words (the stores' ConfigurationError), not the bare server error."""
+    if database.server is None:
+        pytest.skip("a SQLite file has no server to refuse a database or a login")
+    suffix = fresh_name("x")
+    url = (
+        database.url.set(database=f"chatledger_missing_{suffix}")
+        if mistake == "database"
+        else database.url.set(username=f"nobody_{suffix}")
+    )
+    dsn = dsn_of(url)
+    assert await run(["sessions", "list", "--dsn", dsn]) == 2
+    expected = capsys.readouterr().err.removeprefix("chatledger sessions list: ")
+    assert ("create it" if mistake == "database" else "check the user/password in the DSN") in expected
+    assert "The server said: " in expected
+    for command in (["upgrade"], ["check"], ["current"], ["downgrade", "base"], ["adopt"]):
+        assert await run([*command, "--dsn", dsn]) == 2
+        assert capsys.readouterr().err == f"chatledger {command[0]}: {expected}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["upgrade", "--sql"], ["export"], ["sessions", "list"], ["current"]],
+    ids=["upgrade-sql", "export", "sessions-list", "current"],
+)
+def test_a_closed_stdout_ends_the_command_quietly(argv: list[str], tmp_path: Path) -> None:
+    """``chatledger ... | head``: once the reader has gone, the command ends as git
+    does, with the status of SIGPIPE and no message (Python's would be a traceback)."""
+    dsn = f"sqlite:///{tmp_path / 'ledger.sqlite3'}"
+    environment = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    environment.pop(DSN_ENV, None)
+    subprocess.run(
+        [sys.executable, "-m", "chatledger.tools.cli", "upgrade", "--dsn", dsn], check=True, env=environment
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chatledger.tools.cli", *argv, "--dsn", dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the command writes a byte
+    error = process.stderr.read().decode()
+    assert process.wait(timeout=60) == CLOSED_PIPE == 141
+    assert error == ""

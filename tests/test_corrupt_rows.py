@@ -1,6 +1,6 @@
-"""Rows someone edited by hand give a ValueError naming the session and the sequence
-(or snapshot version), not a pydantic, JSON or driver traceback; the rest of the
-store keeps working.
+"""Rows someone edited by hand give a ValueError (``chatledger.CorruptData``) naming
+the session and the sequence (or snapshot version), not a pydantic, JSON or driver
+traceback; the rest of the store keeps working.
 
 Each corruption is its own test, on every backend: the rows are changed with plain
 SQL ``UPDATE`` / ``DELETE`` statements, as a person at a SQL prompt would.
@@ -19,6 +19,7 @@ from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import AssistantMessage, UserMessage
 from zett_agent.model import ModelUsage
 
+from chatledger import CorruptData
 from chatledger.zett import LedgerSessionStorage, codec
 
 GOOD = UserMessage(content="fine")
@@ -81,8 +82,9 @@ async def corrupt_raw(storage: LedgerSessionStorage, session_id: str, values: Ma
 
 
 def assert_names_row(error: ValueError, session_id: str, where: str) -> None:
-    """A plain ValueError (not pydantic's or json's subclass) naming session and row."""
-    assert type(error) is ValueError, type(error)
+    """chatledger's CorruptData, a ValueError (not pydantic's or json's subclass),
+    naming session and row."""
+    assert type(error) is CorruptData, type(error)
     assert not isinstance(error, ValidationError | json.JSONDecodeError)
     assert repr(session_id) in str(error)
     assert where in str(error)

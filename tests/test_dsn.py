@@ -253,8 +253,12 @@ except ModuleNotFoundError as error:
 
 
 async def test_a_database_behind_names_auto_upgrade(tmp_path: Path) -> None:
-    """auto_upgrade=True is other stores' create_tables; the refusal mentions it."""
-    async with LedgerSessionStorage(f"sqlite:///{tmp_path / 'empty.sqlite3'}", auto_upgrade=False) as storage:
+    """auto_upgrade=True is other stores' create_tables; the refusal mentions it, and
+    names the database in the command it advises."""
+    path = tmp_path / "empty.sqlite3"
+    async with LedgerSessionStorage(f"sqlite:///{path}", auto_upgrade=False) as storage:
         with pytest.raises(SchemaNotReady, match="chatledger upgrade") as caught:
             await storage.count_messages("s-1")
-        assert "auto_upgrade=True" in str(caught.value)
+        message = str(caught.value)
+        assert "auto_upgrade=True (what other session stores call create_tables)" in message
+        assert f"`chatledger upgrade --dsn sqlite+aiosqlite:///{path}`" in message

@@ -9,7 +9,8 @@ thousands of newer tombstones). Each test captures the very statement
 ``list_sessions``, then has the server EXPLAIN it: the plan must read through that
 index and must not sort (PostgreSQL: no Sort node; MySQL/MariaDB: no filesort;
 SQLite: no temporary B-tree), so the cost is that of the page or the tail, not of the
-table.
+table. ``chatledger check``'s search for raw messages past their session's counter row
+probes ``ux_raw_session_sequence`` once per session, and reads no raw message else.
 
 Planners rightly prefer other plans on small tables, so the tests seed enough rows
 (MariaDB scans and sorts ``agent_sessions`` below a few thousand rows) and, on
@@ -38,6 +39,7 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from chatledger import integrity
 from chatledger.tools.bench import Seeder
 from chatledger.zett import LedgerSessionStorage
 
@@ -196,3 +198,50 @@ async def test_list_sessions_reads_a_page_through_the_activity_index(
     plan = await _explain(storage, backend, sql, parameters)
     assert "ix_agent_sessions_activity" in plan.indexes, plan.text
     assert not plan.sorts, plan.text
+
+
+def _reads_raw_messages_whole(backend: str, plan: Plan) -> bool:
+    """Whether the plan reads ``raw_messages`` otherwise than by an index probe."""
+    if backend == "postgresql":
+        nodes: list[dict[str, Any]] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            nodes.append(node)
+            for child in node.get("Plans", []):
+                walk(child)
+
+        walk(json.loads(plan.text)[0]["Plan"])
+        return any(
+            node.get("Relation Name") == "raw_messages"
+            and node["Node Type"] not in ("Index Scan", "Index Only Scan")
+            for node in nodes
+        )
+    if backend == "mysql":
+        return any(
+            "'table': 'raw_messages'" in row and "'type': 'ref'" not in row for row in plan.text.splitlines()
+        )
+    return any(detail.startswith("SCAN raw_messages") for detail in plan.text.splitlines())
+
+
+async def test_check_probes_each_session_through_the_sequence_index(
+    storage: LedgerSessionStorage, backend: str
+) -> None:
+    """``chatledger check``'s search for raw messages past their counter row: one probe
+    of ``ux_raw_session_sequence`` per session, no scan of the raw log (whose size the
+    neighbour makes far larger than the sessions')."""
+    seeder = Seeder("chatledger", storage.ledger.engine, datetime.now(UTC) - timedelta(days=3))
+    prefix = f"explain-check-{uuid.uuid4().hex[:12]}"
+    await seeder.many_sessions(0, SESSIONS // 2, prefix=prefix)
+    await seeder.session(f"{prefix}-neighbour", NEIGHBOUR, 0, offset_ms=0)
+    await seeder.analyze(ANALYZE[backend])
+
+    with captured(storage.ledger.engine) as statements:
+        async with storage.ledger.engine.connect() as conn:
+            found, _ = await conn.run_sync(integrity.past_counter)
+    assert not [item for item in found if item.session_id.startswith(prefix)]
+    sql, parameters = _one(statements, "FROM agent_sessions", "FROM raw_messages")
+
+    plan = await _explain(storage, backend, sql, parameters, natural=True)
+    assert "ux_raw_session_sequence" in plan.indexes, plan.text
+    assert not _reads_raw_messages_whole(backend, plan), plan.text
+    assert not plan.sorts, plan.text  # the highest sequence read off the index's end, not sorted

@@ -135,7 +135,7 @@ async def test_contract_revision_stops_this_chatledger(
     assert await run(["check", "--dsn", dsn]) == 3
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and "upgrade chatledger" in captured.err
-    assert "needs chatledger from revision 9002 on" in captured.err
+    assert "needs chatledger code of revision 9002 or newer" in captured.err
     assert await run(["upgrade", "--dsn", dsn]) == 2
     assert "upgrade chatledger" in capsys.readouterr().err
 

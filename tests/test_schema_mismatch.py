@@ -22,6 +22,7 @@ from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
 from chatledger import SchemaNotReady
+from chatledger.dsn import as_argument, resolve_dsn
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
 from chatledger.zett import LedgerSessionStorage
@@ -38,14 +39,15 @@ async def migrated_url(database: Database, tmp_path: Path) -> AsyncIterator[URL]
         yield url
 
 
-async def refused(call: Callable[[], Awaitable[object]], missing: str) -> None:
-    """``call`` raises SchemaNotReady naming what to run and, in the server's words,
-    what is missing."""
+async def refused(call: Callable[[], Awaitable[object]], missing: str, url: URL) -> None:
+    """``call`` raises SchemaNotReady naming what to run on the database ``url``
+    (password masked) and, in the server's words, what is missing."""
     with pytest.raises(SchemaNotReady) as raised:
         await call()
     message = str(raised.value)
-    assert "`chatledger check --dsn DSN`" in message, message
-    assert "`chatledger upgrade --dsn DSN`" in message, message
+    dsn = as_argument(resolve_dsn(url))
+    assert f"`chatledger check --dsn {dsn}`" in message, message
+    assert f"`chatledger upgrade --dsn {dsn}`" in message, message
     assert missing in message, message
     assert isinstance(raised.value, RuntimeError)
     assert isinstance(raised.value.__cause__, DBAPIError)  # kept as the cause, not raised
@@ -65,7 +67,7 @@ async def test_a_missing_session_column(migrated_url: URL, session_id: str) -> N
             lambda: storage.update_session(session_id, title="never stored"),
             lambda: storage.delete_session(session_id),
         ):
-            await refused(call, "agent_name")
+            await refused(call, "agent_name", migrated_url)
 
         # The column back (as a repair would put it), the same storage goes on: it
         # checks the database again after such a failure.
@@ -81,10 +83,12 @@ async def test_a_missing_message_column(migrated_url: URL, session_id: str) -> N
         await execute(migrated_url, "ALTER TABLE raw_messages DROP COLUMN tags_json")
 
         await refused(
-            lambda: storage.append(session_id, "r", UserMessage(content="never stored")), "tags_json"
+            lambda: storage.append(session_id, "r", UserMessage(content="never stored")),
+            "tags_json",
+            migrated_url,
         )
-        await refused(lambda: storage.load(session_id), "tags_json")
-        await refused(lambda: storage.list_raw_messages(session_id), "tags_json")
+        await refused(lambda: storage.load(session_id), "tags_json", migrated_url)
+        await refused(lambda: storage.list_raw_messages(session_id), "tags_json", migrated_url)
         # The refused append left nothing: its counter move was rolled back with it.
         assert await storage.count_messages(session_id) == 1
 
@@ -94,17 +98,18 @@ async def test_a_missing_table(migrated_url: URL, session_id: str) -> None:
         assert await storage.append(session_id, "r", UserMessage(content="before")) == 1
         await execute(migrated_url, "DROP TABLE session_snapshots")
 
-        await refused(lambda: storage.load(session_id), "session_snapshots")
+        await refused(lambda: storage.load(session_id), "session_snapshots", migrated_url)
         await refused(
             lambda: storage.snapshot(session_id, CompactedMessage(content="summary"), 1, 0),
             "session_snapshots",
+            migrated_url,
         )
 
     store = LedgerSessionStore(migrated_url)
     try:
         await store.asave("conversation", Session())
         await execute(migrated_url, "DROP TABLE rein_sessions")
-        await refused(lambda: store.aload("conversation"), "rein_sessions")
-        await refused(lambda: store.asave("conversation", Session()), "rein_sessions")
+        await refused(lambda: store.aload("conversation"), "rein_sessions", migrated_url)
+        await refused(lambda: store.asave("conversation", Session()), "rein_sessions", migrated_url)
     finally:
         await store.aclose()

@@ -14,13 +14,15 @@ from rein.ir import Message, ToolCall
 from rein.session import Session
 from sqlalchemy import Table, update
 from sqlalchemy.engine import Connection
+from zett_agent.messages import UserMessage
 
+from chatledger import SessionDeleted
 from chatledger.dsn import DSN_ENV, resolve_dsn
 from chatledger.migrate import run_on_connection, upgrade_database
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
 from chatledger.tools import sessions as sessions_module
-from chatledger.tools.cli import run
+from chatledger.tools.cli import build_parser, run
 from chatledger.tools.sessions import parse_age
 from chatledger.zett import LedgerSessionStorage
 
@@ -116,7 +118,7 @@ async def test_delete_asks_first(
     monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
     assert await run(["sessions", "delete", ids[4], "--dsn", dsn]) == 1
     out = capsys.readouterr().out
-    assert f"delete zett session {ids[4]!r} (1 messages) with all its history? [y/N]" in out
+    assert f"delete zett session {ids[4]!r} (1 message) with all its history? [y/N]" in out
     assert "nothing deleted" in out
 
     monkeypatch.setattr("sys.stdin", io.StringIO(""))  # end of input declines too
@@ -144,29 +146,56 @@ async def test_purge(
     await run_on_connection(resolve_dsn(dsn), idle(sessions_table, ids[:3], 40))
     await run_on_connection(resolve_dsn(dsn), idle(rein_sessions_table, ["rein-one"], 40))
 
+    # A dry run counts, and lists the ids it would delete.
     assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert (
-        "would delete 3 zett sessions and 1 rein sessions last active before" in out
+        "would delete 3 zett sessions and 1 rein session last active before" in out
         and "nothing deleted" in out
     )
+    listed = [line.split() for line in out.splitlines() if line.startswith("  ")]
+    assert sorted(listed) == sorted([["zett", session_id] for session_id in ids[:3]] + [["rein", "rein-one"]])
+    monkeypatch.setattr(sessions_module, "SHOWN_IDS", 2)  # then how many more
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  ... and 1 more zett session\n" in out
+        and len([ln for ln in out.splitlines() if "  zett  " in ln]) == 2
+    )
 
+    # Declined (an answer, or no input at all): nothing deleted, exit 1 as for delete.
     monkeypatch.setattr("sys.stdin", io.StringIO("no\n"))
-    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d"]) == 0
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d"]) == 1
+    assert "nothing deleted" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d"]) == 1
     assert "nothing deleted" in capsys.readouterr().out
 
     assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "4w2d", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert "deleted 3 zett sessions and 1 rein sessions" in out
+    assert "deleted 3 zett sessions and 1 rein session" in out
     async with LedgerSessionStorage(dsn) as storage:
         assert {summary.session_id for summary in await storage.list_sessions()} == set(ids[3:])
+        # Purged ids stay reserved (tombstones): an append is refused, create_session starts anew.
+        with pytest.raises(SessionDeleted):
+            await storage.append(ids[0], "r", UserMessage(content="late"))
+        await storage.create_session(session_id=ids[0])
+        assert await storage.append(ids[0], "r", UserMessage(content="anew")) == 8
     async with LedgerSessionStore(dsn) as store:
         assert [info.id for info in await store.alist_sessions()] == ["rein-two"]
 
     assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "rein-", "--yes", "--kind", "rein"]) == 0
-    assert "deleted 1 rein sessions whose id starts with 'rein-'" in capsys.readouterr().out
+    assert "deleted 1 rein session whose id starts with 'rein-'" in capsys.readouterr().out
     assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--yes"]) == 0
     assert "no sessions last active before" in capsys.readouterr().out
+
+
+def test_purge_help_says_purged_ids_stay_reserved(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sessions", "purge", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Purged ids stay reserved" in text and "SessionDeleted" in text
+    assert "create_session(session_id=...) starts it anew" in text and "exit 1 if not confirmed" in text
 
 
 @pytest.mark.parametrize(
@@ -184,6 +213,7 @@ async def test_usage_errors(
     assert await run(["sessions", *argv, "--dsn", dsn]) == 2
     error = capsys.readouterr().err
     assert fragment in error and error.count("\n") == 1
+    assert error.startswith(f"chatledger sessions {argv[0]}: ")  # the action, not just "sessions"
 
 
 async def test_a_missing_sqlite_file_is_not_created(

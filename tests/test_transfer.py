@@ -172,13 +172,11 @@ async def test_copy_command_and_its_rerun(
     await fill(source)
     assert await run(["copy", "--from", dsn_of(source), "--to", dsn_of(target)]) == 0
     out = capsys.readouterr().out
-    assert "imported 7 sessions (21 messages, 3 checkpoints)" in out
+    assert "copied 7 sessions (21 messages, 3 checkpoints)" in out
     assert "sessions" in out and "messages" in out  # the progress bars' final state
 
     assert await run(["copy", "--from", dsn_of(source), "--to", dsn_of(target)]) == 0
-    assert (
-        "imported 0 sessions" in (out := capsys.readouterr().out) and "7 already there and identical" in out
-    )
+    assert "copied 0 sessions" in (out := capsys.readouterr().out) and "7 already there and identical" in out
     assert await export_of(target) == await export_of(source)
 
 
@@ -210,7 +208,7 @@ async def test_differing_sessions_are_reported_and_never_overwritten(
         assert await run(["import", "--dsn", dsn_of(target), str(path)]) == 1
         out = capsys.readouterr().out
         assert f"zett session {ids[1]!r}: its session row differs" in out and "left as it is" in out
-        assert "2 differ from the database's" in out
+        assert "2 differ from the database's and 0 were refused" in out
 
 
 async def test_an_interrupted_import_is_completed_by_a_rerun(
@@ -298,15 +296,13 @@ async def test_export_of_chosen_sessions(
 
     path = tmp_path / "one.jsonl"
     assert await run(["export", "--dsn", dsn_of(source), "--session", ids[2], "-o", str(path)]) == 0
-    assert (
-        "exported 1 zett sessions (1 messages, 1 checkpoints) and 0 rein sessions" in capsys.readouterr().out
-    )
+    assert "exported 1 zett session (1 message, 1 checkpoint) and 0 rein sessions" in capsys.readouterr().out
     assert len(path.read_text(encoding="utf-8").splitlines()) == 1 + 4 + 1  # header, session, end
 
     assert await run(["export", "--dsn", dsn_of(source), "--session", ids[2]]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out.splitlines()[0])["format"] == "chatledger-export"  # data on stdout
-    assert "exported 1 zett sessions" in captured.err  # messages on stderr
+    assert "exported 1 zett session" in captured.err  # messages on stderr
 
 
 async def test_what_is_not_an_export_is_refused(source: URL, tmp_path: Path) -> None:
@@ -352,3 +348,71 @@ async def test_tombstones_travel_so_no_stale_writer_revives_a_copy(source: URL, 
     assert await export_of(target) == await export_of(source)
     async with LedgerSessionStorage(target) as storage:
         assert await storage.get_session(ids[1]) is None
+
+
+async def test_sessions_deleted_on_one_side_are_named_so_and_counted(
+    source: URL, database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A copy counts the deleted sessions it carries as tombstones; a session deleted in
+    the target (or only in the input) is reported as deleted, not as a row differing in
+    its columns, and left as it is."""
+    ids = await fill(source)
+    async with LedgerSessionStorage(source) as storage:
+        assert await storage.delete_session(ids[4])
+    async with LedgerSessionStore(source) as store:
+        assert await store.adelete(REIN_IDS[1])
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
+        await upgrade_database(target)
+        copy_command = ["copy", "--from", dsn_of(source), "--to", dsn_of(target)]
+        assert await run(copy_command) == 0
+        out = capsys.readouterr().out
+        assert (
+            "copied 7 sessions (2 of them deleted, copied as tombstones; 20 messages, 3 checkpoints)" in out
+        )
+
+        # Deleted in the target since: the copy leaves them deleted, and says so.
+        async with LedgerSessionStorage(target) as storage:
+            assert await storage.delete_session(ids[0])
+        async with LedgerSessionStore(target) as store:
+            assert await store.adelete(REIN_IDS[0])
+        changed = await export_of(target)
+        assert await run(copy_command) == 1
+        out = capsys.readouterr().out
+        assert f"zett session {ids[0]!r}: deleted in the target database (a tombstone); left as it is" in out
+        assert (
+            f"rein session {REIN_IDS[0]!r}: deleted in the target database (a tombstone); left as it is"
+            in out
+        )
+        assert "differs in" not in out and "2 differ from the database's and 0 were refused" in out
+        assert await export_of(target) == changed  # never silently overwritten
+
+        # Deleted in the input only: named the other way round.
+        assert await run(["copy", "--from", dsn_of(target), "--to", dsn_of(source)]) == 1
+        out = capsys.readouterr().out
+        assert (
+            f"zett session {ids[0]!r}: deleted in the input (a tombstone), a live session in the target "
+            "database; left as it is"
+        ) in out
+        async with LedgerSessionStorage(source) as storage:
+            assert await storage.get_session(ids[0]) is not None
+
+
+async def test_a_copy_into_an_unmigrated_database_names_it_and_prints_nothing(
+    source: URL, database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if database.server is None:
+        pytest.skip("a SQLite target upgrades itself on first use")
+    await fill(source)
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
+        if database.backend == "postgresql":  # this server trusts local logins: any password does
+            target = target.set(password="pw-Sekr1t-do-not-print")
+        assert await run(["copy", "--from", dsn_of(source), "--to", dsn_of(target)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""  # no stray blank line from the progress display
+        error = captured.err
+        assert error.startswith("chatledger copy: ") and error.count("\n") == 1
+        # The target as the command was given it, password masked, to paste.
+        given = dsn_of(target).replace("pw-Sekr1t-do-not-print", "***")
+        assert f"`chatledger upgrade --dsn {given}`" in error and "pw-Sekr1t" not in error
+        assert "auto_upgrade=True (what other session stores call create_tables)" in error
+        assert "--dsn DSN" not in error

@@ -7,6 +7,7 @@ The zett-agent storage lives in :mod:`chatledger.zett`, the rein-agent store in
 from .errors import (
     ChatledgerError,
     ConfigurationError,
+    CorruptData,
     DowngradeRefused,
     OutcomeUnknown,
     SchemaNotReady,
@@ -20,6 +21,7 @@ from .errors import (
 __all__ = [
     "ChatledgerError",
     "ConfigurationError",
+    "CorruptData",
     "DowngradeRefused",
     "OutcomeUnknown",
     "SchemaNotReady",

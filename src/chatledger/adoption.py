@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection, Inspector
 from sqlalchemy.types import TypeEngine
 
 from . import migrate
-from .dsn import display
+from .dsn import as_argument, display
 from .errors import SchemaNotReady
 
 #: zett-agent's tables, in the order adoption converts them.
@@ -287,8 +287,8 @@ def adopt_hint(connection: Connection) -> str | None:
 
     Cheap (one catalog lookup and the revision), for ``chatledger upgrade``,
     ``chatledger check`` and the ``SchemaNotReady`` message to add to what they say.
-    The command names ``--dsn DSN``; the ``chatledger`` command puts the DSN it was
-    given in its place.
+    The command names the connection's database (:func:`chatledger.dsn.as_argument`,
+    password masked); the ``chatledger`` command puts the DSN it was given in its place.
     """
     if migrate.current_revision(connection) is not None:
         return None
@@ -298,7 +298,8 @@ def adopt_hint(connection: Connection) -> str | None:
         return None
     return (
         "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "
-        "run `chatledger adopt --dsn DSN` to convert them in place (`--dry-run` shows the steps first)"
+        f"run `chatledger adopt --dsn {as_argument(connection.engine.url)}` to convert them in place "
+        "(`--dry-run` shows the steps first)"
     )
 
 

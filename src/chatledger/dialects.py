@@ -23,8 +23,8 @@ import math
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from .dsn import display
 from .errors import ConfigurationError, missing_extra
 from .options import LedgerOptions
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
@@ -931,6 +932,34 @@ def configuration_hint(dialect: str | DialectRules, error: DBAPIError, url: URL)
     found = _rules_of(dialect)
     template = found.configuration_hints.get(error_code(error, found) or "", "check the DSN")
     return template.format(database=url.database or "?", user=url.username or "?")
+
+
+def configuration_error(dialect: str | DialectRules, error: DBAPIError, url: URL) -> ConfigurationError:
+    """The one wording of a :attr:`Failure.CONFIGURATION` error, from the stores and the
+    schema commands alike: the database (password masked), what to fix
+    (:func:`configuration_hint`), and the server's own words."""
+    return ConfigurationError(
+        f"{display(url)}: {configuration_hint(dialect, error, url)}. The server said: {error.orig}"
+    )
+
+
+@contextmanager
+def configuration_refusals(url: URL, *, statements: bool = True) -> Iterator[None]:
+    """Raise a configuration the server refuses inside the block (no such database, a
+    refused login, a missing privilege) as :func:`configuration_error` does; other
+    errors pass unchanged.
+
+    ``statements=False`` takes only refusals of the connection itself (raised before any
+    statement ran): a migration's statement refused for a privilege is the migration's
+    own failure, which the runtime role's grants would not cure.
+    """
+    try:
+        yield
+    except DBAPIError as error:
+        found = rules(url.get_backend_name(), url.get_driver_name())
+        if (statements or error.statement is None) and classify(found, error) is Failure.CONFIGURATION:
+            raise configuration_error(found, error, url) from error
+        raise
 
 
 def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 
 from platformdirs import user_data_path
@@ -199,3 +200,10 @@ def sqlite_file(url: URL) -> Path | None:
 def display(url: URL) -> str:
     """The URL with its password masked, for ``repr``, logs and CLI output."""
     return url.render_as_string(hide_password=True)
+
+
+def as_argument(url: URL) -> str:
+    """The URL as the ``--dsn`` argument of a command that advice names (``chatledger
+    upgrade --dsn …``): its password masked, as :func:`display` does, and quoted for a
+    POSIX shell where it needs quoting (``***``, ``?``)."""
+    return shlex.quote(display(url))

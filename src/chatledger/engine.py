@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from . import adoption, dialects, migrate, validate
-from .dsn import display, resolve_dsn, sqlite_file
+from .dsn import as_argument, display, resolve_dsn, sqlite_file
 from .errors import (
     AUTO_UPGRADE_HINT,
     ConfigurationError,
@@ -270,7 +270,7 @@ class Ledger:
                 newer revision this chatledger cannot run on, or the schema lock was
                 not granted within :data:`chatledger.migrate.LOCK_TIMEOUT`; the message
                 names both revisions and what to do (for zett-agent's tables:
-                ``chatledger adopt --dsn DSN``).
+                ``chatledger adopt --dsn …``).
         """
         if self._ready:
             return
@@ -301,7 +301,8 @@ class Ledger:
                         raise SchemaNotReady(
                             f"auto_upgrade of database {display(self.url)} from revision "
                             f"{state.revision or '<none>'} to {migrate.head_revision()} failed: {cause}; "
-                            "upgrade it as the schema owner (`chatledger upgrade --dsn DSN`)"
+                            "upgrade it as the schema owner "
+                            f"(`chatledger upgrade --dsn {as_argument(self.url)}`)"
                         ) from error
                     # Usable as it is; only the bookkeeping stays where it was.
                     logger.warning("could not move the revision of %s: %s", display(self.url), cause)
@@ -505,21 +506,19 @@ class Ledger:
                     f"{self.statement_limit} bytes); nothing was written: {error.orig}"
                 ) from error
             if failure is dialects.Failure.CONFIGURATION:
-                raise ConfigurationError(
-                    f"{display(self.url)}: {dialects.configuration_hint(self.rules, error, self.url)}. "
-                    f"The server said: {error.orig}"
-                ) from error
+                raise dialects.configuration_error(self.rules, error, self.url) from error
             if failure is dialects.Failure.SCHEMA:
                 # The revision check passed, yet a table or column is missing: check again
                 # on the next call (the database may have been downgraded or replaced).
                 self._ready = False
+                dsn = as_argument(self.url)
                 raise SchemaNotReady(
                     f"database {display(self.url)} lacks a table or column this chatledger uses, "
                     f"so its schema is not the one revision {migrate.head_revision()} creates (an "
                     "older or hand-made schema, or one changed by hand); nothing was written. Run "
-                    "`chatledger check --dsn DSN` to see where it stands, then `chatledger upgrade "
-                    "--dsn DSN` as the schema owner (a database zett-agent's own store wrote: "
-                    f"`chatledger adopt --dsn DSN`). The server said: {error.orig}"
+                    f"`chatledger check --dsn {dsn}` to see where it stands, then `chatledger upgrade "
+                    f"--dsn {dsn}` as the schema owner (a database zett-agent's own store wrote: "
+                    f"`chatledger adopt --dsn {dsn}`). The server said: {error.orig}"
                 ) from error
             if failure is dialects.Failure.TRANSIENT:
                 # Even out of the COMMIT: the server rolled the transaction back.

@@ -53,9 +53,21 @@ class DowngradeRefused(ChatledgerError, ValueError):
 #: What a store's :class:`SchemaNotReady` adds for a database behind: the option that
 #: upgrades it on first use (other session stores' ``create_tables``).
 AUTO_UPGRADE_HINT = (
-    "; or let the store upgrade it on first use: auto_upgrade=True (create_tables=True "
-    "elsewhere), with a role that may change the schema"
+    "; or let the store upgrade it on first use: auto_upgrade=True (what other session stores "
+    "call create_tables), with a role that may change the schema"
 )
+
+
+class CorruptData(ChatledgerError, ValueError):
+    """Stored rows break a rule chatledger keeps, because something outside chatledger
+    wrote or edited them: a row edited by hand that no longer decodes, or raw messages
+    another writer (zett-agent's own store, after ``chatledger adopt``) numbered past
+    their session's counter row, which an append then cannot number after.
+
+    The message names the session and the row, and what to do (``chatledger check``
+    lists sessions with raw messages past their counter). A ``ValueError``, as the
+    decode errors of hand-edited rows always were.
+    """
 
 
 class SessionDeleted(ChatledgerError, ValueError):

@@ -125,7 +125,12 @@ _ALEMBIC_RUN = threading.Lock()
 
 async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
     """Run ``work`` on a fresh async connection to ``url``, in one committed transaction
-    (no schema lock: for reads and tests)."""
+    (no schema lock: for reads and tests).
+
+    Raises:
+        ConfigurationError: the server refused the connection or a read (no such
+            database, login, privilege), worded as the stores word it.
+    """
     from sqlalchemy.pool import NullPool
 
     path = sqlite_file(url)
@@ -133,8 +138,9 @@ async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = dialects.create_engine(url, poolclass=NullPool)
     try:
-        async with engine.begin() as connection:
-            return await connection.run_sync(work)
+        with dialects.configuration_refusals(url):
+            async with engine.begin() as connection:
+                return await connection.run_sync(work)
     finally:
         await engine.dispose()
 
@@ -154,6 +160,8 @@ async def run_locked(
     Raises:
         SchemaNotReady: the lock was not granted within ``lock_timeout`` seconds.
         ValueError: ``lock_timeout`` is not a positive number of seconds.
+        ConfigurationError: the server refused the connection (no such database, login),
+            worded as the stores word it; a statement it refuses is ``work``'s own failure.
     """
     from sqlalchemy.pool import NullPool
 
@@ -164,11 +172,12 @@ async def run_locked(
     engine = dialects.create_engine(url, poolclass=NullPool, connect_args=dict(connect_args or {}))
     dialects.configure_migration_engine(engine, lock_timeout=lock_timeout)
     try:
-        async with (
-            engine.connect() as connection,
-            dialects.migration_transaction(connection, lock_timeout) as locked,
-        ):
-            return await locked.run_sync(work)
+        with dialects.configuration_refusals(url, statements=False):
+            async with (
+                engine.connect() as connection,
+                dialects.migration_transaction(connection, lock_timeout) as locked,
+            ):
+                return await locked.run_sync(work)
     except dialects.SchemaLockTimeout as error:
         raise SchemaNotReady(_lock_message(url, lock_timeout, str(error))) from error
     finally:

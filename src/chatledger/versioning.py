@@ -25,7 +25,7 @@ from sqlalchemy import Column, MetaData, String, Table, delete, insert, inspect,
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.schema import CreateTable, DropTable
 
-from .dsn import display
+from .dsn import as_argument, display
 from .errors import SchemaNotReady
 from .revisions import Revisions, head_revision, revisions
 
@@ -238,16 +238,16 @@ def describe(
     if kind is Standing.BEHIND:
         advice = remedy or (
             "run `alembic upgrade head` (with CHATLEDGER_DSN set) from the chatledger repository, or "
-            "`chatledger upgrade --dsn DSN`, as the schema owner"
+            f"`chatledger upgrade --dsn {as_argument(url)}`, as the schema owner"
         )
         return f"{where} is at revision {state.revision or '<none>'}, chatledger needs {head}; {advice}"
     if kind is Standing.AHEAD_COMPATIBLE:
         return (
             f"{where} is at revision {state.revision}, newer than this chatledger's {head}, and "
-            f"compatible with it: that schema serves chatledger from revision {state.compatible_from} on"
+            f"compatible with it: chatledger code of revision {state.compatible_from} and newer can use it"
         )
     needs = (
-        f"chatledger from revision {state.compatible_from} on"
+        f"chatledger code of revision {state.compatible_from} or newer"
         if state.compatible_from
         else "a newer chatledger"
     )

@@ -559,6 +559,8 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
             reason is in the message, and nothing was changed.
         AdoptionStopped: MySQL/MariaDB only: a step failed after earlier ones had
             committed; run the adoption again to continue.
+        ConfigurationError: the server refused the connection (no such database,
+            login), worded as the stores word it.
     """
     url = resolve_dsn(dsn)
     path = sqlite_file(url)
@@ -571,52 +573,54 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
     engine = dialects.create_engine(url, poolclass=NullPool)
     dialects.configure_engine(engine, LedgerOptions(lock_timeout=30.0))
     try:
-        async with engine.connect() as conn:
-            conn = await conn.execution_options(**dialects.rules(backend).write)
-            if rules.one_transaction:
+        # A refused connection as the stores word it; a refused step is the adoption's own.
+        with dialects.configuration_refusals(url, statements=False):
+            async with engine.connect() as conn:
+                conn = await conn.execution_options(**dialects.rules(backend).write)
+                if rules.one_transaction:
 
-                def whole(connection: Connection) -> None:
-                    steps = _prepare(connection, rules, report)
+                    def whole(connection: Connection) -> None:
+                        steps = _prepare(connection, rules, report)
+                        if dry_run:
+                            return
+                        for step in steps:
+                            tell(step.description)
+                            step.run(connection)
+                        report.revision = migrate.current_revision(connection)
+
+                    transaction = await conn.begin()
+                    try:
+                        await conn.run_sync(whole)
+                    except BaseException:
+                        await transaction.rollback()
+                        raise
                     if dry_run:
-                        return
-                    for step in steps:
-                        tell(step.description)
-                        step.run(connection)
-                    report.revision = migrate.current_revision(connection)
+                        await transaction.rollback()
+                    else:
+                        await transaction.commit()
+                    return report
 
-                transaction = await conn.begin()
-                try:
-                    await conn.run_sync(whole)
-                except BaseException:
-                    await transaction.rollback()
-                    raise
+                async with conn.begin():
+                    steps = await conn.run_sync(_prepare, rules, report)
                 if dry_run:
-                    await transaction.rollback()
-                else:
-                    await transaction.commit()
+                    return report
+                tell(
+                    "MySQL/MariaDB commits each ALTER TABLE on its own, so this adoption is not one "
+                    "transaction: if it stops, run the same command again and it continues where it stopped"
+                )
+                for number, step in enumerate(steps, start=1):
+                    tell(step.description)
+                    try:
+                        async with conn.begin():
+                            await conn.run_sync(step.run)
+                    except Exception as error:
+                        raise AdoptionStopped(
+                            f"adoption stopped at step {number} of {len(steps)} ({step.description}); the "
+                            f"steps before it are committed. Fix the cause and run `chatledger adopt` again "
+                            f"to continue: {getattr(error, 'orig', None) or error}"
+                        ) from error
+                async with conn.begin():
+                    report.revision = await conn.run_sync(migrate.current_revision)
                 return report
-
-            async with conn.begin():
-                steps = await conn.run_sync(_prepare, rules, report)
-            if dry_run:
-                return report
-            tell(
-                "MySQL/MariaDB commits each ALTER TABLE on its own, so this adoption is not one "
-                "transaction: if it stops, run the same command again and it continues where it stopped"
-            )
-            for number, step in enumerate(steps, start=1):
-                tell(step.description)
-                try:
-                    async with conn.begin():
-                        await conn.run_sync(step.run)
-                except Exception as error:
-                    raise AdoptionStopped(
-                        f"adoption stopped at step {number} of {len(steps)} ({step.description}); the "
-                        f"steps before it are committed. Fix the cause and run `chatledger adopt` again "
-                        f"to continue: {getattr(error, 'orig', None) or error}"
-                    ) from error
-            async with conn.begin():
-                report.revision = await conn.run_sync(migrate.current_revision)
-            return report
     finally:
         await engine.dispose()

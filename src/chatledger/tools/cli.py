@@ -14,9 +14,11 @@ command (``chatledger adopt --dsn DSN``) names the DSN the command was given.
 
 Exit status: 0 success; 1 ``check`` found the database behind, ``import`` or
 ``copy`` found sessions differing from the target's (or refused, or a cut-off
-input), ``sessions show`` / ``delete`` found no such session or was not confirmed,
-``downgrade`` would drop tables holding rows without ``--yes``;
-3 ``check`` found it at a newer revision this chatledger cannot run on; 2 a usage
+input), ``sessions show`` / ``delete`` found no such session, ``sessions delete`` /
+``purge`` was not confirmed, ``downgrade`` would drop tables holding rows without
+``--yes``; 3 ``check`` found it at a newer revision this chatledger cannot run on;
+4 ``check`` found sessions with raw messages past their counter row (written
+outside chatledger); 141 standard output was closed (``| head``), quietly; 2 a usage
 error (bad arguments or DSN, no such SQLite file, unreachable server, database not
 migrated, zett-agent's tables not adopted, unknown revision, a schema ``adopt`` does
 not recognise, a malformed export, schema lock not granted in time): one line on
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import select
 import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,12 +39,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rich.console import Console
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import __version__, migrate
-from ..dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
+from .. import __version__, integrity, migrate
+from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn, sqlite_file
 from ..errors import ChatledgerError, DowngradeRefused, SchemaNotReady
+from .words import counted
 
 #: Exit status of a usage error (argparse uses the same).
 USAGE_ERROR = 2
@@ -198,6 +202,27 @@ async def _state(url: URL) -> tuple[migrate.SchemaState, str | None]:
     return await migrate.run_on_connection(url, state_and_hint)
 
 
+@dataclass(frozen=True)
+class _Checked:
+    state: migrate.SchemaState
+    hint: str | None
+    #: Sessions with raw messages past their counter row (the first few), and whether more.
+    past: list[integrity.PastCounter]
+    more: bool
+
+
+def _checked(connection: Connection) -> _Checked:
+    """``chatledger check``'s reads, in one transaction: the state and, where this
+    chatledger can use the schema, the sessions whose raw log runs past the counter."""
+    from ..adoption import state_and_hint
+
+    state, hint = state_and_hint(connection)
+    if CHECK_STATUS[migrate.standing(state)]:
+        return _Checked(state, hint, [], False)
+    past, more = integrity.past_counter(connection)
+    return _Checked(state, hint, past, more)
+
+
 async def _current(args: argparse.Namespace, console: Console) -> int:
     url = _existing(args)
     state, hint = await _state(url)
@@ -208,7 +233,12 @@ async def _current(args: argparse.Namespace, console: Console) -> int:
     else:
         where = f" (in {migrate.LEGACY_VERSION_TABLE})" if state.legacy else ""
         _say(console, f"current   {state.revision}{where}")
-        _say(console, f"serves    chatledger from revision {_revision(state.compatible_from)} on")
+        usable = (
+            f"chatledger code of revision {state.compatible_from} and newer"
+            if state.compatible_from
+            else "not recorded"
+        )
+        _say(console, f"usable by {usable}")
     _say(console, f"head      {migrate.head_revision()}")
     _say(console, f"standing  {migrate.standing(state).value}")
     return 0
@@ -221,13 +251,20 @@ CHECK_STATUS = {
     migrate.Standing.BEHIND: 1,
     migrate.Standing.AHEAD_INCOMPATIBLE: 3,
 }
+#: ``chatledger check`` exit status of a usable schema whose sessions hold raw messages
+#: past their counter row (written outside chatledger): appends to them fail.
+CHECK_PAST_COUNTER = 4
 
 
 async def _check(args: argparse.Namespace, console: Console) -> int:
     url = _existing(args)
-    state, hint = await _state(url)
-    status = CHECK_STATUS[migrate.standing(state)]
-    message = _concrete(migrate.describe(url, state, remedy=hint), args.dsn)
+    checked = await migrate.run_on_connection(url, _checked)
+    status = CHECK_STATUS[migrate.standing(checked.state)]
+    message = migrate.describe(url, checked.state, remedy=checked.hint)
+    if checked.past:
+        status = CHECK_PAST_COUNTER
+        message += f", but {integrity.describe_past_counter(checked.past, checked.more)}"
+    message = _concrete(message, args.dsn)
     if status:
         print(f"chatledger check: {message}", file=sys.stderr)
     else:
@@ -242,16 +279,25 @@ def _note_default(args: argparse.Namespace) -> None:
         print(f"chatledger {args.command}: {notice}", file=sys.stderr)
 
 
-def _concrete(message: str, dsn: str | None) -> str:
-    """``message`` with the ``--dsn DSN`` of the commands it advises (the library's
-    wording) naming the database this command was given."""
+def _concrete(message: str, dsn: str | None, *, placeholder: bool = True) -> str:
+    """``message`` with the ``--dsn`` of the commands it advises naming the database as
+    this command was given it (the DSN as typed, password masked; ``"$CHATLEDGER_DSN"``):
+    the library names the URL it opened (:func:`chatledger.dsn.as_argument`); with
+    ``placeholder``, ``--dsn DSN`` too (this command's own advice, for its one database)."""
     if dsn:
         given = _dsn_hint(dsn)
     elif os.environ.get(DSN_ENV):
         given = f'"${DSN_ENV}"'
     else:
         given = f"sqlite:///{default_sqlite_path()}"
-    return message.replace("--dsn DSN", f"--dsn {given}")
+    try:
+        opened = as_argument(resolve_dsn(dsn))
+    except (ValueError, TypeError):
+        opened = None
+    for named in (opened, "DSN" if placeholder else None):
+        if named is not None:
+            message = message.replace(f"--dsn {named}", f"--dsn {given}")
+    return message
 
 
 # -- stress -------------------------------------------------------------------------
@@ -367,7 +413,13 @@ async def _adopt(args: argparse.Namespace, console: Console) -> int:
     from .adopt import adopt
 
     report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
-    what = f"{report.sessions} sessions, {report.messages} raw messages, {report.checkpoints} checkpoints"
+    what = ", ".join(
+        (
+            counted(report.sessions, "session"),
+            counted(report.messages, "raw message"),
+            counted(report.checkpoints, "checkpoint"),
+        )
+    )
     if report.dry_run:
         _say(console, f"{report.database} holds zett-agent's tables ({what}); adopt would:")
         for step in report.steps:
@@ -411,8 +463,9 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
             output.close()
     _say(
         messages,
-        f"exported {counts.sessions} zett sessions ({counts.messages} messages, {counts.snapshots} "
-        f"checkpoints) and {counts.rein_sessions} rein sessions to {args.output or 'stdout'}",
+        f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
+        f"{counted(counts.snapshots, 'checkpoint')}) and {counted(counts.rein_sessions, 'rein session')} "
+        f"to {args.output or 'stdout'}",
     )
     return 0
 
@@ -424,16 +477,22 @@ def _configure_import(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _import_summary(console: Console, report: Any) -> int:
+def _import_summary(console: Console, report: Any, verb: str = "imported") -> int:
+    tombstones = "a tombstone" if report.tombstones == 1 else "tombstones"
+    deleted = f"{report.tombstones:,} of them deleted, {verb} as {tombstones}; " if report.tombstones else ""
     _say(
         console,
-        f"imported {report.imported} sessions ({report.messages} messages, {report.snapshots} checkpoints) "
-        f"into {report.target}; {report.identical} already there and identical, skipped",
+        f"{verb} {counted(report.imported, 'session')} ({deleted}{counted(report.messages, 'message')}, "
+        f"{counted(report.snapshots, 'checkpoint')}) into {report.target}; {report.identical:,} already "
+        "there and identical, skipped",
     )
     if report.differing or report.failed:
+        differ = "differs" if report.differing == 1 else "differ"
+        were = "was" if report.failed == 1 else "were"
         _say(
             console,
-            f"{report.differing} differ from the database's and {report.failed} were refused; see above",
+            f"{report.differing:,} {differ} from the database's and {report.failed:,} {were} refused; "
+            "see above",
         )
     if not report.complete:
         _say(console, "the input ended before its end record (truncated?); what it held was imported")
@@ -465,14 +524,22 @@ async def _copy(args: argparse.Namespace, console: Console) -> int:
     report = await copy(
         args.source, args.target, ids=args.session, console=console, say=lambda line: _say(console, line)
     )
-    return _import_summary(console, report)
+    return _import_summary(console, report, "copied")
+
+
+#: What deleting a session leaves of its id, as ``sessions delete`` and ``purge`` say it.
+_RESERVED = (
+    "each deleted id keeps a tombstone, so a zett append to it raises SessionDeleted (a late "
+    "writer never revives it) until create_session(session_id=...) starts it anew; a rein save "
+    "starts it anew"
+)
 
 
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def action(name: str, help: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(name, help=help, description=help)
+    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=description or help)
         add_dsn(sub)
         sub.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
         return sub
@@ -485,15 +552,28 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     show.add_argument(
         "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
     )
-    delete = action("delete", "delete one session with its whole history (asks first)")
+    delete = action(
+        "delete",
+        "delete one session with its whole history (asks first)",
+        f"delete one session with its whole history (asks first; exit 1 if not confirmed). {_RESERVED}",
+    )
     delete.add_argument("id", metavar="ID")
     delete.add_argument("--yes", action="store_true", help="do not ask")
-    purge = action("purge", "delete old sessions in batches (asks first)")
+    purge = action(
+        "purge",
+        "delete old sessions in batches (asks first)",
+        "delete the sessions last active before a time and/or whose id starts with a prefix, in "
+        f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
+    )
     purge.add_argument(
         "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
     )
     purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
-    purge.add_argument("--dry-run", action="store_true", help="only count what would be deleted")
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="delete nothing: count what would be deleted and list the first ids of each kind",
+    )
     purge.add_argument("--yes", action="store_true", help="do not ask")
 
 
@@ -511,10 +591,9 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
     if args.action == "delete":
         return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
     age = sessions.parse_age(args.older_than) if args.older_than is not None else None
-    await sessions.purge(
+    return await sessions.purge(
         args.dsn, console, older_than=age, prefix=args.prefix, dry_run=args.dry_run, yes=args.yes, kinds=kinds
     )
-    return 0
 
 
 #: Every subcommand, in the order ``--help`` lists them.
@@ -533,7 +612,8 @@ COMMANDS: tuple[Command, ...] = (
         "check",
         "exit 0 if this chatledger can use the database (at its head, or at a newer revision "
         "compatible with it), 1 if the database is behind (upgrade it), 3 if it is too new "
-        "(upgrade chatledger)",
+        "(upgrade chatledger), 4 if sessions hold raw messages written outside chatledger past "
+        "their counter row (zett-agent's own store after adopt; appends to them fail)",
         add_dsn,
         _check,
     ),
@@ -594,6 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chatledger: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        return _quiet_closed_stdout()
 
 
 async def run(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
@@ -605,12 +689,14 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
     """
     args = build_parser().parse_args(argv)
     if console is None:
-        console = Console(highlight=False)
+        console = _Console(highlight=False)
         # A terminal's own width, up to MAX_WIDTH; piped output gets MAX_WIDTH, not rich's 80.
         console.width = min(console.width, MAX_WIDTH) if console.is_terminal else MAX_WIDTH
     try:
         status: int = await args.run(args, console)
     except Exception as error:
+        if isinstance(error, BrokenPipeError) and _stdout_closed():
+            return _quiet_closed_stdout()
         given = getattr(args, "dsn", None)
         dsns: list[str | None] = list(given) if isinstance(given, list) else [given]
         message = user_error(error, dsns[0])
@@ -618,11 +704,49 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
             raise
         for other in dsns[1:]:
             message = _mask_password(message, other)
-        if len(dsns) == 1:
-            message = _concrete(message, dsns[0])
-        print(f"chatledger {args.command}: {message}", file=sys.stderr)
+        for dsn in dsns:
+            message = _concrete(message, dsn, placeholder=len(dsns) == 1)
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"chatledger {command}: {message}", file=sys.stderr)
         return USAGE_ERROR
     return status
+
+
+#: Exit status when standard output was closed under the command (``| head``): that of a
+#: process killed by SIGPIPE, as git's.
+CLOSED_PIPE = 128 + 13
+
+
+class _Console(Console):
+    """rich's console, which exits as the rest of the command does when standard
+    output's reader has gone: quietly, with :data:`CLOSED_PIPE` (rich's own: status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise SystemExit(_quiet_closed_stdout())
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):  # Windows: a broken pipe there is stdout's
+        return True
+    poller = select.poll()
+    poller.register(descriptor, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _quiet_closed_stdout() -> int:
+    """Exit as a command piped into ``head`` does: no message, and :data:`CLOSED_PIPE`.
+    Standard output goes to the null device first, so that the interpreter's own flush
+    at exit finds nothing broken to complain about."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, sys.stdout.fileno())
+    os.close(null)
+    return CLOSED_PIPE
 
 
 def user_error(error: Exception, dsn: str | None) -> str | None:

@@ -48,6 +48,9 @@ class ImportReport:
 
     target: str
     imported: int = 0
+    #: Of the sessions imported, the deleted ones: tombstones (a counter row without
+    #: content; a rein row without JSON), imported so that no late writer revives the id.
+    tombstones: int = 0
     messages: int = 0
     snapshots: int = 0
     #: Sessions the target had already, identical: skipped.
@@ -81,11 +84,23 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _tombstone_difference(input_deleted: bool, stored_deleted: bool) -> str | None:
+    """The difference of a session deleted on one side only (a tombstone), in words:
+    a deleted session is not one that differs in its columns."""
+    if stored_deleted and not input_deleted:
+        return "deleted in the target database (a tombstone)"
+    if input_deleted and not stored_deleted:
+        return "deleted in the input (a tombstone), a live session in the target database"
+    return None
+
+
 class _Session:
     """One zett session being imported: its transaction and what was seen."""
 
-    def __init__(self, session_id: str, mode: str) -> None:
+    def __init__(self, session_id: str, mode: str, *, tombstone: bool = False) -> None:
         self.id = session_id
+        #: The input's row is a tombstone: the session was deleted where it comes from.
+        self.tombstone = tombstone
         #: "insert" (new here), "compare" (the target has it), "skip" (not imported).
         self.mode = mode
         self.reason = ""
@@ -218,18 +233,21 @@ class Importer:
         s = sessions_table
         await conn.begin()
         stored = (await conn.execute(select(s).where(s.c.id == row["id"]).with_for_update())).one_or_none()
+        tombstone = row.get("deleted_at") is not None
         if stored is None:
-            session = _Session(row["id"], "insert")
+            session = _Session(row["id"], "insert", tombstone=tombstone)
             try:
                 await conn.execute(s.insert(), row)
             except (IntegrityError, DBAPIError) as error:
                 await self._refused(conn, session, error)
             return session
-        session = _Session(row["id"], "compare")
+        session = _Session(row["id"], "compare", tombstone=tombstone)
+        deleted = _tombstone_difference(tombstone, stored.deleted_at is not None)
         difference = _first_difference(row, stored._mapping, self.codecs["session"].columns)
-        if difference is not None:
+        if deleted is not None or difference is not None:
             await conn.rollback()
-            session.mode, session.reason = "skip", f"its session row differs in {difference}"
+            session.mode = "skip"
+            session.reason = deleted or f"its session row differs in {difference}"
         return session
 
     async def _refused(self, conn: AsyncConnection, session: _Session, error: Exception) -> None:
@@ -335,6 +353,7 @@ class Importer:
         if session.mode == "insert":
             await conn.commit()
             self.report.imported += 1
+            self.report.tombstones += session.tombstone
             self.report.messages += session.messages
             self.report.snapshots += session.snapshots
             return
@@ -376,15 +395,16 @@ class Importer:
         stored = (
             await conn.execute(select(rein).where(rein.c.id == row["id"]).with_for_update())
         ).one_or_none()
+        tombstone = row.get("session_json") is None
         if stored is not None:
             await conn.rollback()
+            deleted = _tombstone_difference(tombstone, stored.session_json is None)
             difference = _first_difference(row, stored._mapping, self.codecs["rein_session"].columns)
-            if difference is None:
+            if deleted is None and difference is None:
                 self.report.identical += 1
             else:
-                self._problem(
-                    f"rein session {row['id']!r}: differs in {difference}; left as it is", failed=False
-                )
+                reason = deleted or f"differs in {difference}"
+                self._problem(f"rein session {row['id']!r}: {reason}; left as it is", failed=False)
             return
         try:
             await conn.execute(rein.insert(), row)
@@ -395,6 +415,7 @@ class Importer:
             return
         await conn.commit()
         self.report.imported += 1
+        self.report.tombstones += tombstone
 
 
 def read_records(stream: IO[bytes]) -> Iterator[Record]:

@@ -28,13 +28,25 @@ class RateColumn(ProgressColumn):
         return Text("" if speed is None else f"{speed:,.0f}/s", style="progress.data.speed")
 
 
+class _Progress(Progress):
+    """rich's progress display, which leaves no line behind when it stops without a bar
+    (a command that failed before counting anything: a blank line on its stdout)."""
+
+    def stop(self) -> None:
+        if self.tasks or self.disable:
+            super().stop()
+            return
+        self.live.transient = True
+        self.live.stop()  # without Progress.stop's line after the (empty) display
+
+
 def progress(console: Console) -> Progress:
     """A progress display with one bar per counted thing: what, done/total, rate, ETA.
 
     On a console that is not a terminal nothing is redrawn; the final state is
-    printed once when the display stops.
+    printed once when the display stops (nothing, when no bar was added).
     """
-    return Progress(
+    return _Progress(
         TextColumn("{task.description:<12}"),
         BarColumn(),
         MofNCompleteColumn(),

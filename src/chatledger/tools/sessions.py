@@ -33,6 +33,7 @@ from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import rein_sessions_table, sessions_table
 from .progress import progress
+from .words import counted
 
 #: The kinds of session a database holds.
 KINDS = ("zett", "rein")
@@ -40,6 +41,8 @@ KINDS = ("zett", "rein")
 PURGE_BATCH = 500
 #: Longest message text ``show`` prints before cutting it.
 SHOWN_CHARACTERS = 500
+#: Ids of each kind a dry run of ``purge`` lists (it counts them all).
+SHOWN_IDS = 20
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -359,7 +362,8 @@ async def delete(
         if stores.zett is not None:
             summary = await stores.zett.get_session(session_id)
             if summary is not None:
-                found.append(("zett", f"zett session {session_id!r} ({summary.message_count} messages)"))
+                messages = counted(summary.message_count, "message")
+                found.append(("zett", f"zett session {session_id!r} ({messages})"))
         if stores.rein is not None and await stores.rein.acontains(session_id):
             found.append(("rein", f"rein session {session_id!r}"))
         if not found:
@@ -427,9 +431,12 @@ async def _count_selected(ledger: Ledger, kind: str, selection: Selection) -> in
     return await ledger.read(work)
 
 
-async def _batches(ledger: Ledger, kind: str, selection: Selection) -> AsyncIterator[list[Any]]:
-    """The selected sessions in activity order, a batch at a time; keyset paging on the
-    activity index, so a deletion cannot make a batch repeat or skip one."""
+async def _batches(
+    ledger: Ledger, kind: str, selection: Selection, size: int | None = None
+) -> AsyncIterator[list[Any]]:
+    """The selected sessions in activity order, a batch (of ``size``, default
+    :data:`PURGE_BATCH`) at a time; keyset paging on the activity index, so a deletion
+    cannot make a batch repeat or skip one."""
     table = rein_sessions_table if kind == "rein" else sessions_table
     conditions = _conditions(table, selection, live=_live(kind))
     after: tuple[datetime, str] | None = None
@@ -441,7 +448,7 @@ async def _batches(ledger: Ledger, kind: str, selection: Selection) -> AsyncIter
                     table.c.updated_at > after[0], and_(table.c.updated_at == after[0], table.c.id > after[1])
                 )
             )
-        statement = statement.order_by(table.c.updated_at, table.c.id).limit(PURGE_BATCH)
+        statement = statement.order_by(table.c.updated_at, table.c.id).limit(size or PURGE_BATCH)
 
         async def work(conn: AsyncConnection, statement: Any = statement) -> list[Any]:
             return list(await conn.execute(statement))
@@ -462,10 +469,18 @@ async def purge(
     dry_run: bool,
     yes: bool,
     kinds: Sequence[str] = KINDS,
-) -> dict[str, int]:
-    """Delete the selected sessions of each kind, in batches, with a progress bar.
+) -> int:
+    """Delete the selected sessions of each kind, in batches, with a progress bar, after
+    asking (unless ``yes``); a dry run lists the first :data:`SHOWN_IDS` ids of each
+    kind it would delete, and counts them all.
 
-    Returns how many were deleted per kind (on a dry run: how many would be).
+    Each purged id keeps its tombstone, as a deleted session's does: a zett append to
+    it raises ``SessionDeleted``, ``create_session(session_id=...)`` starts it anew.
+
+    Returns the exit status: 0 deleted (or nothing selected, or a dry run), 1 not confirmed.
+
+    Raises:
+        ValueError: neither ``older_than`` nor ``prefix`` says what to purge.
     """
     if older_than is None and not prefix:
         raise ValueError("say what to purge: --older-than DURATION and/or --prefix PREFIX")
@@ -479,6 +494,26 @@ async def purge(
         await selector.close()
 
 
+def _how_many(counts: dict[str, int], kinds: Sequence[str]) -> str:
+    """``3 zett sessions and 1 rein session``."""
+    return " and ".join(counted(counts[kind], f"{kind} session") for kind in kinds)
+
+
+async def _list_selected(
+    selector: Ledger, console: Console, selection: Selection, counts: dict[str, int], kinds: Sequence[str]
+) -> None:
+    """The dry run's listing: the first :data:`SHOWN_IDS` ids of each kind, oldest
+    activity first, then how many more."""
+    for kind in kinds:
+        async for batch in _batches(selector, kind, selection, SHOWN_IDS):
+            for row in batch:
+                _say(console, f"  {kind}  {row.id}")
+            break
+        more = counts[kind] - min(counts[kind], SHOWN_IDS)
+        if more:
+            _say(console, f"  ... and {counted(more, f'more {kind} session')}")
+
+
 async def _purge(
     selector: Ledger,
     dsn: str | URL | None,
@@ -488,22 +523,24 @@ async def _purge(
     dry_run: bool,
     yes: bool,
     kinds: Sequence[str],
-) -> dict[str, int]:
+) -> int:
     async with open_stores(dsn, kinds) as stores:
         for note in stores.notes:
             _say(console, note)
         present = stores.kinds(kinds)
         counts = {kind: await _count_selected(selector, kind, selection) for kind in present}
-        what = " and ".join(f"{counts[kind]:,} {kind} sessions" for kind in present)
+        what = _how_many(counts, present)
         if dry_run:
-            _say(console, f"would delete {what} {selection.describe()} (dry run: nothing deleted)")
-            return counts
+            listing = ":" if any(counts.values()) else ""
+            _say(console, f"would delete {what} {selection.describe()} (dry run: nothing deleted){listing}")
+            await _list_selected(selector, console, selection, counts, present)
+            return 0
         if not any(counts.values()):
             _say(console, f"no sessions {selection.describe()}")
-            return counts
+            return 0
         if not yes and not confirm(console, f"delete {what} {selection.describe()}, with all their history?"):
             _say(console, "nothing deleted")
-            return dict.fromkeys(counts, 0)
+            return 1
         deleted = dict.fromkeys(present, 0)
         with progress(console) as bars:
             for kind in present:
@@ -516,6 +553,5 @@ async def _purge(
                             done = await stores.rein.adelete(row.id)
                         deleted[kind] += int(bool(done))
                         bars.advance(task)
-        summary = " and ".join(f"{deleted[kind]:,} {kind} sessions" for kind in present)
-        _say(console, f"deleted {summary} {selection.describe()}")
-        return deleted
+        _say(console, f"deleted {_how_many(deleted, present)} {selection.describe()}")
+        return 0

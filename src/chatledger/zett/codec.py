@@ -41,7 +41,7 @@ from zett_agent.model import ModelUsage
 from zett_agent.storage import MESSAGE_TYPES, MessageKind, decode_messages, encode_messages
 
 from .. import validate
-from ..errors import WrongType
+from ..errors import CorruptData, WrongType
 from ..schema import raw_messages_table
 
 _KINDS = {cls: kind for kind, cls in MESSAGE_TYPES.items()}
@@ -189,8 +189,8 @@ def raw_row(
     return row
 
 
-def _corrupt(session_id: object, where: str, column: str, error: Exception) -> ValueError:
-    return ValueError(
+def _corrupt(session_id: object, where: str, column: str, error: Exception) -> CorruptData:
+    return CorruptData(
         f"session {session_id!r}: the stored {where} is corrupt in {column} (edited outside "
         f"chatledger?): {type(error).__name__}: {_first_line(error)}"
     )

@@ -18,7 +18,7 @@ from zett_agent.json_types import JsonValue
 from zett_agent.messages import AnyMessage
 from zett_agent.model import ModelUsage
 
-from .. import clock, validate
+from .. import clock, integrity, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import SessionDeleted, SnapshotConflict, VersionConflict
@@ -166,8 +166,9 @@ class LedgerSessionStorage:
         Its records are shared with later loads: treat them as read-only.
 
         Raises:
-            ValueError: ``session_id`` is invalid, or a stored row is corrupt (the
-                message names the session and sequence).
+            ValueError: ``session_id`` is invalid.
+            CorruptData: (a ``ValueError``) a stored row is corrupt (the message
+                names the session and sequence).
         """
         session_id = validate.identifier(session_id, "session_id")
         cache = self.load_cache
@@ -279,6 +280,11 @@ class LedgerSessionStorage:
                 ``message_id`` that is blank, longer than 36 characters, or already
                 the id of another session's message. Nothing is written then.
             WrongType: an argument of the wrong type (a ``TypeError`` and a ``ValueError``).
+            CorruptData: (a ``ValueError``) the session's raw log holds messages past
+                its counter row, numbered by a writer outside chatledger (zett-agent's
+                own store after ``chatledger adopt``), and this append's sequence is
+                taken; the message names the session, the sequence, the counter's
+                ``last_sequence`` and ``chatledger check``. Nothing is written.
             OutcomeUnknown: the COMMIT's answer was lost and the database stayed
                 unreachable for the retry budget; repeat the call with ``message_id``
                 set to the error's ``write_id``.
@@ -331,7 +337,17 @@ class LedgerSessionStorage:
                 )
             return int(stored.sequence)
 
-        return await self.ledger.write(work, settle=settle, write_id=row["id"])
+        try:
+            return await self.ledger.write(work, settle=settle, write_id=row["id"])
+        except IntegrityError as error:
+            # Not this write's own, committed before (settle found none): a duplicate
+            # (session_id, sequence), when another writer numbered past the counter row.
+            explained = await self.ledger.read(
+                lambda conn: integrity.outside_writes(conn, self.ledger.url, session_values["id"])
+            )
+            if explained is None:
+                raise
+            raise explained from error
 
     @staticmethod
     async def _refused_append(conn: AsyncConnection, session_id: str) -> ValueError:
