@@ -1049,23 +1049,31 @@ class OfflineScript:
     end: tuple[str, ...]
 
 
+#: Where the PostgreSQL script keeps the session's own ``lock_timeout`` while it waits for
+#: the schema lock (a custom setting, local to the script's transaction).
+_SAVED_LOCK_TIMEOUT = "chatledger.saved_lock_timeout"
+
+
 def _offline_begin_postgresql(lock_timeout: float) -> tuple[str, ...]:
-    # Bounded like online; TO DEFAULT then gives the revisions the session's own value.
+    # Bounded like online, then put back as online: the revisions' DDL waits for table
+    # locks as the session says (a lock_timeout the DBA SET before running the script).
     return (
         "BEGIN;",
+        f"SELECT set_config('{_SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);",
         f"SET LOCAL lock_timeout = '{max(1, round(lock_timeout * 1000))}ms';",
         f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});",
-        "SET LOCAL lock_timeout TO DEFAULT;",
+        f"SELECT set_config('lock_timeout', current_setting('{_SAVED_LOCK_TIMEOUT}'), true);",
     )
 
 
 def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
-    # A script cannot test GET_LOCK's answer, so the statement fails when it is not 1:
-    # the second row then makes the scalar subquery an error ("Subquery returns more
-    # than 1 row"), and the client stops before the first change.
+    # A script cannot test GET_LOCK's answer, so the statement fails unless it is 1 (as
+    # online: 0 is a timeout, NULL an error, such as no database selected): the second
+    # row then makes the scalar subquery an error ("Subquery returns more than 1 row"),
+    # and the client stops before the first change. <=> compares NULL as a value.
     return (
-        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE GET_LOCK({_MYSQL_LOCK_NAME}, "
-        f"{max(1, math.ceil(lock_timeout))}) <> 1) AS chatledger_schema_lock;",
+        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE NOT (GET_LOCK({_MYSQL_LOCK_NAME}, "
+        f"{max(1, math.ceil(lock_timeout))}) <=> 1)) AS chatledger_schema_lock;",
     )
 
 
