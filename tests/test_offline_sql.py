@@ -221,6 +221,43 @@ async def test_mysql_script_stops_when_get_lock_answers_null(
     assert "No database selected" not in output
 
 
+@pytest.mark.parametrize(
+    "revision",
+    ["0001\nDROP TABLE victim; --:head", "0001:head\nDROP TABLE victim; --", "0001\r:head", "nonesuch:head"],
+)
+async def test_sql_writes_nothing_for_a_revision_it_cannot_resolve(
+    revision: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FROM and TO are resolved before the first line is written: the script never
+    carries what was given, and a bad one leaves stdout empty (``alembic`` prints its
+    error there, on one line)."""
+    dsn = "postgresql://owner@127.0.0.1:1/chat"
+    assert await run(["upgrade", "--sql", "--dsn", dsn, "--revision", revision]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Can't locate revision" in captured.err
+    assert captured.err.count("\n") == 1
+    environment = {key: value for key, value in os.environ.items() if key != DSN_ENV}
+    process = await asyncio.create_subprocess_exec(
+        str(ALEMBIC),
+        *("-x", f"dsn={dsn}", "upgrade", revision, "--sql"),
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    # The alembic command prints its error on stdout: one line, which runs as no SQL.
+    assert process.returncode != 0 and out.startswith(b"FAILED: ") and out.count(b"\n") == 1, out
+
+
+async def test_sql_header_names_the_revisions_alembic_resolved(capsys: pytest.CaptureFixture[str]) -> None:
+    script = await render(capsys, "--dsn", "postgresql://owner@127.0.0.1:1/chat", "--revision", "0001:+1")
+    assert "schema migration from 0001 to 0002 for PostgreSQL" in script
+    assert "For a database at revision 0001, as chatledger_alembic_version records it." in script
+    header = script[: script.index("BEGIN;")]
+    assert all(line.startswith("--") for line in header.splitlines() if line)
+
+
 async def test_sql_needs_no_server_and_prints_no_password(capsys: pytest.CaptureFixture[str]) -> None:
     for dsn, fragment in (
         (f"postgresql://owner:{PASSWORD}@127.0.0.1:1/chat", f"pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"),
