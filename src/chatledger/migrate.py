@@ -358,7 +358,7 @@ async def downgrade_database(
         ValueError: ``lock_timeout`` is not a positive number of seconds.
     """
     url = resolve_dsn(dsn)
-    started: list[str] = []  # the revision it started from, once the first step committed
+    started: list[str] = []  # the revision it started from, once steps before the drops ran
 
     def work(connection: Connection) -> str | None:
         location = script_location
@@ -378,8 +378,7 @@ async def downgrade_database(
         if first:
             command.downgrade(alembic_config(connection, location), steps[first][0])
             started.append(current)
-        present = set(inspect(connection).get_table_names())
-        dropped = [name for name in dropped if name in present]
+        present = set(inspect(connection).get_table_names())  # the steps run may have made some
         touched = sorted(present & {*metadata.tables, *dropped, VERSION_TABLE, COMPATIBILITY_TABLE})
         with dialects.guard_drops(connection, dropped, touched, lock_timeout):
             if not drop_rows:
