@@ -45,6 +45,14 @@ CAPABILITIES: dict[str, Capability] = {
         lacking="InnoDB lock-wait timeouts (error 1205) are MySQL's; PostgreSQL waits, "
         "SQLite has its busy timeout",
     ),
+    "session_lock_timeout": only_on(
+        "postgresql",
+        lacking="lock_timeout is PostgreSQL's session setting; MySQL's --sql script leaves the session's "
+        "lock_wait_timeout alone, SQLite has its busy timeout",
+    ),
+    "get_lock": only_on(
+        "mysql", lacking="GET_LOCK is MySQL's schema lock; PostgreSQL and SQLite lock otherwise"
+    ),
     "max_allowed_packet": only_on(
         "mysql", lacking="max_allowed_packet is MySQL's; the other backends' limit is 1 GB"
     ),

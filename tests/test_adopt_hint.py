@@ -4,6 +4,11 @@ where it would upgrade itself), ``chatledger upgrade``, ``check`` and ``current`
 
 The databases are written by zett-agent's ``SQLSessionStorage`` itself, created as an
 application would (see ``tests/test_adopt.py``).
+
+Only zett's three tables without any of chatledger's own are taken for zett's: some of
+chatledger's tables and no revision (what an upgrade killed halfway leaves on MySQL,
+whose DDL commits statement by statement) are named a half-applied revision, with the
+README's way out, since ``adopt`` refuses them.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .fresh import fresh_database
-from .schema_helpers import catalog, dsn_of, on_connection, run_alembic
+from .schema_helpers import catalog, dsn_of, execute, on_connection, run_alembic
 from .zett_data import write_zett_sessions, zett_read_back
 
 
@@ -98,3 +103,70 @@ async def test_hint_names_the_environment_variable_when_that_names_the_database(
     monkeypatch.setenv(DSN_ENV, dsn_of(zett_db[0]))
     assert await run(["check"]) == 1
     assert f'chatledger adopt --dsn "${DSN_ENV}"' in capsys.readouterr().err
+
+
+@pytest.fixture
+async def half_applied(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
+    """What an upgrade from an empty MySQL database killed after its first CREATE TABLE
+    leaves (as the review found it): an empty chatledger_alembic_version and chatledger's
+    agent_sessions. Made directly, on every backend."""
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_half") as url:
+        await upgrade_database(url, "0001")
+        await execute(
+            url,
+            "DROP TABLE raw_messages",
+            "DROP TABLE session_snapshots",
+            "DROP TABLE rein_sessions",
+            "DROP TABLE chatledger_compatibility",
+            "DELETE FROM chatledger_alembic_version",
+        )
+        yield url
+
+
+async def test_a_half_applied_upgrade_is_named_so_with_the_way_out(
+    half_applied: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, dsn = half_applied, dsn_of(half_applied)
+    schema = await on_connection(url, catalog)
+    assert set(schema) == {"agent_sessions", "chatledger_alembic_version"}
+
+    with pytest.raises(SchemaNotReady) as raised:
+        await upgrade_database(url)
+    message = str(raised.value)
+    assert "some of chatledger's tables (agent_sessions, chatledger_alembic_version)" in message
+    assert "a revision applied halfway" in message and 'README "Deploying: migrations"' in message
+    assert "adopt" not in message
+    for options in ({}, {"auto_upgrade": True}):
+        async with LedgerSessionStorage(url, **options) as storage:
+            with pytest.raises(SchemaNotReady, match="a revision applied halfway") as raised:
+                await storage.load("s")
+        assert "adopt" not in str(raised.value)
+
+    assert await run(["check", "--dsn", dsn]) == 1
+    error = capsys.readouterr().err
+    assert "a revision applied halfway" in error and f"`chatledger upgrade --dsn {dsn}` again" in error
+    assert "adopt" not in error and error.count("\n") == 1
+    assert await run(["upgrade", "--dsn", dsn]) == 2
+    error = capsys.readouterr().err
+    assert "a revision applied halfway" in error and "already exists" not in error
+    assert await on_connection(url, catalog) == schema
+
+    # The way out the message gives: drop what the half-applied revision created.
+    await execute(url, "DROP TABLE agent_sessions")
+    assert await upgrade_database(url) == head_revision()
+
+
+async def test_zett_tables_beside_one_of_chatledgers_are_not_zetts_own(
+    zett_db: tuple[URL, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An adoption stopped midway (MySQL) has created chatledger's rein_sessions: the hint
+    says so, besides the half-applied revision."""
+    url, _ = zett_db
+    await execute(url, "CREATE TABLE rein_sessions (id VARCHAR(255) PRIMARY KEY)")
+    assert await run(["check", "--dsn", dsn_of(url)]) == 1
+    error = capsys.readouterr().err
+    assert "(agent_sessions, raw_messages, session_snapshots, rein_sessions)" in error
+    assert "a revision applied halfway" in error
+    assert "if it was `chatledger adopt` that stopped midway, run it again instead" in error
+    with pytest.raises(SchemaNotReady, match="applied halfway"):
+        await upgrade_database(url)

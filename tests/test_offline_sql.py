@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -58,8 +59,9 @@ async def scripted(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
         yield url
 
 
-def client_command(url: URL) -> list[str]:
-    """The database's own client for ``url``, reading the script from stdin."""
+def client_command(url: URL, *, select_database: bool = True) -> list[str]:
+    """The database's own client for ``url``, reading the script from stdin
+    (``select_database``: MySQL's client started on no database, when false)."""
     backend = url.get_backend_name()
     client = _which(*CLIENTS[backend])
     require(backend, None if client is not None else f"no {' or '.join(CLIENTS[backend])} client installed")
@@ -71,13 +73,14 @@ def client_command(url: URL) -> list[str]:
         return [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", conninfo.render_as_string(False)]
     password = [f"-p{url.password}"] if url.password else []
     argv = [client, "--no-defaults", "--protocol=tcp", f"-h{url.host}", f"-P{url.port or 3306}"]
-    return [*argv, f"-u{url.username}", *password, str(url.database)]
+    database = [str(url.database)] if select_database else []
+    return [*argv, f"-u{url.username}", *password, *database]
 
 
-async def apply_script(url: URL, script: str) -> tuple[int, str]:
+async def apply_script(url: URL, script: str, *, select_database: bool = True) -> tuple[int, str]:
     """Run ``script`` with the database's own client; (exit code, its output)."""
     process = await asyncio.create_subprocess_exec(
-        *client_command(url),
+        *client_command(url, select_database=select_database),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -179,6 +182,80 @@ async def test_script_waits_for_the_schema_lock_and_stops_before_any_change(
         assert ("lock timeout" if backend == "postgresql" else "Subquery returns more than 1 row") in output
     assert code != 0, output
     assert await on_connection(scripted, catalog) == empty
+
+
+@pytest.mark.requires("session_lock_timeout")
+async def test_postgresql_script_keeps_the_lock_timeout_the_dba_set(
+    scripted: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The script bounds its wait for the schema lock, then gives the revisions' DDL the
+    session's own ``lock_timeout`` back: one a DBA SET before running it bounds the wait
+    behind an application's open transaction, and the script stops, changing nothing."""
+    await upgrade_database(scripted, "0001")
+    script = await render(capsys, "--dsn", dsn_of(scripted), "--revision", "0001:head")
+    assert "TO DEFAULT" not in script
+    before = await on_connection(scripted, catalog)
+    engine = create_async_engine(scripted, poolclass=NullPool)
+    try:
+        async with engine.connect() as reader:  # a service's read, its transaction left open
+            await reader.execute(text("SELECT count(*) FROM agent_sessions"))
+            started = time.monotonic()
+            code, output = await apply_script(scripted, f"SET lock_timeout = '1s';\n{script}")
+            elapsed = time.monotonic() - started
+    finally:
+        await engine.dispose()
+    assert code != 0 and "lock timeout" in output, output
+    assert elapsed < 30
+    assert await on_connection(scripted, catalog) == before
+
+
+@pytest.mark.requires("get_lock")
+async def test_mysql_script_stops_when_get_lock_answers_null(
+    scripted: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GET_LOCK answers NULL on an error (here: no database selected, so the lock's name
+    is NULL); the script stops at that statement, as an online upgrade would."""
+    script = await render(capsys, "--dsn", dsn_of(scripted))
+    code, output = await apply_script(scripted, script, select_database=False)
+    assert code != 0 and "Subquery returns more than 1 row" in output, output
+    assert "No database selected" not in output
+
+
+@pytest.mark.parametrize(
+    "revision",
+    ["0001\nDROP TABLE victim; --:head", "0001:head\nDROP TABLE victim; --", "0001\r:head", "nonesuch:head"],
+)
+async def test_sql_writes_nothing_for_a_revision_it_cannot_resolve(
+    revision: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FROM and TO are resolved before the first line is written: the script never
+    carries what was given, and a bad one leaves stdout empty (``alembic`` prints its
+    error there, on one line)."""
+    dsn = "postgresql://owner@127.0.0.1:1/chat"
+    assert await run(["upgrade", "--sql", "--dsn", dsn, "--revision", revision]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Can't locate revision" in captured.err
+    assert captured.err.count("\n") == 1
+    environment = {key: value for key, value in os.environ.items() if key != DSN_ENV}
+    process = await asyncio.create_subprocess_exec(
+        str(ALEMBIC),
+        *("-x", f"dsn={dsn}", "upgrade", revision, "--sql"),
+        cwd=REPO_ROOT,
+        env=environment,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+    # The alembic command prints its error on stdout: one line, which runs as no SQL.
+    assert process.returncode != 0 and out.startswith(b"FAILED: ") and out.count(b"\n") == 1, out
+
+
+async def test_sql_header_names_the_revisions_alembic_resolved(capsys: pytest.CaptureFixture[str]) -> None:
+    script = await render(capsys, "--dsn", "postgresql://owner@127.0.0.1:1/chat", "--revision", "0001:+1")
+    assert "schema migration from 0001 to 0002 for PostgreSQL" in script
+    assert "For a database at revision 0001, as chatledger_alembic_version records it." in script
+    header = script[: script.index("BEGIN;")]
+    assert all(line.startswith("--") for line in header.splitlines() if line)
 
 
 async def test_sql_needs_no_server_and_prints_no_password(capsys: pytest.CaptureFixture[str]) -> None:

@@ -44,6 +44,10 @@ ZETT_TABLES = ("agent_sessions", "raw_messages", "session_snapshots")
 #: The table chatledger's first revision adds next to zett's.
 REIN_TABLE = "rein_sessions"
 
+#: chatledger's own tables beside zett's: a database holding any of them is not zett-agent's
+#: own (chatledger's revision, its compatibility record, rein's sessions).
+OWN_TABLES = (REIN_TABLE, migrate.VERSION_TABLE, migrate.COMPATIBILITY_TABLE)
+
 #: The revision whose schema adoption produces (later revisions then apply as usual).
 FIRST_REVISION = "0001"
 
@@ -282,8 +286,17 @@ def _mentions(definition: object) -> bool:
 
 
 def adopt_hint(connection: Connection) -> str | None:
-    """A sentence naming ``chatledger adopt`` when the database holds zett-agent's own
-    tables and no chatledger revision; ``None`` otherwise.
+    """What to do with a database that holds zett-agent's or chatledger's tables but no
+    chatledger revision (one sentence); ``None`` for any other database.
+
+    * zett-agent's three tables and none of chatledger's own (``rein_sessions``, the
+      ``chatledger_*`` bookkeeping tables): zett's own store wrote it; the sentence names
+      ``chatledger adopt``;
+    * any other mix: a revision applied halfway -- on MySQL/MariaDB every DDL statement
+      commits on its own, so an upgrade stopped there (or still running) leaves its
+      first tables -- or tables made by hand. The sentence names the tables and the
+      README's steps to undo it (``adopt`` refuses such a database, unless it was an
+      adoption that stopped midway, which the sentence mentions when it may be one).
 
     Cheap (one catalog lookup and the revision), for ``chatledger upgrade``,
     ``chatledger check`` and the ``SchemaNotReady`` message to add to what they say.
@@ -294,12 +307,30 @@ def adopt_hint(connection: Connection) -> str | None:
         return None
     # The table listing, not has_table: MariaDB's DESCRIBE fails (error 1684) while
     # another process's upgrade alters the table, which MySQL commits statement by statement.
-    if "agent_sessions" not in inspect(connection).get_table_names():
+    present = set(inspect(connection).get_table_names())
+    zett = set(ZETT_TABLES) <= present
+    if zett and not present & set(OWN_TABLES):
+        return (
+            "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "
+            f"run `chatledger adopt --dsn {as_argument(connection.engine.url)}` to convert them in place "
+            "(`--dry-run` shows the steps first)"
+        )
+    found = [name for name in (*ZETT_TABLES, *OWN_TABLES) if name in present]
+    # An empty version table alone is what a downgrade to base leaves: an empty database.
+    if set(found) <= {migrate.VERSION_TABLE}:
         return None
+    adoption = (
+        "; if it was `chatledger adopt` that stopped midway, run it again instead: it continues"
+        if zett
+        else ""
+    )
     return (
-        "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "
-        f"run `chatledger adopt --dsn {as_argument(connection.engine.url)}` to convert them in place "
-        "(`--dry-run` shows the steps first)"
+        f"it holds some of chatledger's tables ({', '.join(found)}) but no chatledger revision: a "
+        "revision applied halfway (MySQL/MariaDB commit every DDL statement on its own, so an upgrade "
+        "stopped there, or still running, leaves its first tables) or tables made by hand. Once no "
+        'upgrade runs, undo it as README "Deploying: migrations" says for MySQL (drop the tables the '
+        "half-applied revision created, as its downgrade() would) and run "
+        f"`chatledger upgrade --dsn {as_argument(connection.engine.url)}` again{adoption}"
     )
 
 
@@ -311,11 +342,13 @@ def state_and_hint(connection: Connection) -> tuple[migrate.SchemaState, str | N
 
 
 def refuse_zett_tables(connection: Connection) -> None:
-    """Refuse to migrate a database holding zett-agent's own tables and no chatledger
-    revision: the first revision would create chatledger's tables over zett's.
+    """Refuse to migrate a database holding zett-agent's own tables, or some of
+    chatledger's, and no chatledger revision: the first revision would create
+    chatledger's tables over them (and fail halfway on MySQL/MariaDB).
 
     Raises:
-        SchemaNotReady: naming ``chatledger adopt``, which converts them instead.
+        SchemaNotReady: saying what to do (:func:`adopt_hint`): ``chatledger adopt``, or
+            undo a half-applied revision.
     """
     hint = adopt_hint(connection)
     if hint is not None:

@@ -6,12 +6,12 @@ SQLAlchemy's dialect name (and by driver where a dialect has two: PostgreSQL's a
 and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
-or column missing from the schema), the
-isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
-never moves back), the schema lock of migrations (online, and in the scripts of
-``--sql``), and the set-up of every new connection (lock timeouts; SQLite's pragmas,
-explicit transactions and the clean-up of a cancelled statement; Galera's causal
-reads).
+or column missing from the schema), the isolation of a snapshot-consistent read, the
+greater of two instants (``updated_at`` never moves back), the schema lock of
+migrations (online, and in the scripts of ``--sql``), the table locks of a downgrade
+that drops tables, and the set-up of every new connection (lock timeouts; SQLite's
+pragmas, explicit transactions and the clean-up of a cancelled statement; Galera's
+causal reads).
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ import math
 import re
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+    suppress,
+)
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -1175,23 +1182,31 @@ class OfflineScript:
     end: tuple[str, ...]
 
 
+#: Where the PostgreSQL script keeps the session's own ``lock_timeout`` while it waits for
+#: the schema lock (a custom setting, local to the script's transaction).
+_SAVED_LOCK_TIMEOUT = "chatledger.saved_lock_timeout"
+
+
 def _offline_begin_postgresql(lock_timeout: float) -> tuple[str, ...]:
-    # Bounded like online; TO DEFAULT then gives the revisions the session's own value.
+    # Bounded like online, then put back as online: the revisions' DDL waits for table
+    # locks as the session says (a lock_timeout the DBA SET before running the script).
     return (
         "BEGIN;",
+        f"SELECT set_config('{_SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);",
         f"SET LOCAL lock_timeout = '{max(1, round(lock_timeout * 1000))}ms';",
         f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});",
-        "SET LOCAL lock_timeout TO DEFAULT;",
+        f"SELECT set_config('lock_timeout', current_setting('{_SAVED_LOCK_TIMEOUT}'), true);",
     )
 
 
 def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
-    # A script cannot test GET_LOCK's answer, so the statement fails when it is not 1:
-    # the second row then makes the scalar subquery an error ("Subquery returns more
-    # than 1 row"), and the client stops before the first change.
+    # A script cannot test GET_LOCK's answer, so the statement fails unless it is 1 (as
+    # online: 0 is a timeout, NULL an error, such as no database selected): the second
+    # row then makes the scalar subquery an error ("Subquery returns more than 1 row"),
+    # and the client stops before the first change. <=> compares NULL as a value.
     return (
-        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE GET_LOCK({_MYSQL_LOCK_NAME}, "
-        f"{max(1, math.ceil(lock_timeout))}) <> 1) AS chatledger_schema_lock;",
+        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE NOT (GET_LOCK({_MYSQL_LOCK_NAME}, "
+        f"{max(1, math.ceil(lock_timeout))}) <=> 1)) AS chatledger_schema_lock;",
     )
 
 
@@ -1244,6 +1259,125 @@ def migration_transaction(
     except KeyError:
         raise ValueError(f"dialect {conn.dialect.name!r} is not supported") from None
     return opener(conn, lock_timeout)
+
+
+# -- downgrades that drop tables --------------------------------------------------------
+
+
+class TablesBusy(TimeoutError):
+    """The tables a downgrade drops could not be locked in time: open transactions kept
+    using them past the lock timeout (or deadlocked with the downgrade)."""
+
+    def __init__(self, tables: Sequence[str]) -> None:
+        super().__init__(", ".join(tables))
+        #: The tables it tried to lock.
+        self.tables = tuple(tables)
+
+
+#: Keeps every other session out of the tables a downgrade drops for its ``with`` block,
+#: in which the downgrade counts their rows and drops them: an append whose transaction
+#: is open when the lock is asked for commits first (and is counted), and every later
+#: one waits until the tables are gone (and then fails: it was never acknowledged).
+#: Arguments: the migration's (synchronous) connection, the tables it drops, every
+#: table of chatledger's it may touch meanwhile (the dropped ones among them), and the
+#: lock timeout in seconds. Raises :class:`TablesBusy` when the tables are not granted
+#: in time. Runs inside :data:`MIGRATION_TRANSACTIONS`, under the schema lock.
+DropGuard = Callable[[Connection, Sequence[str], Sequence[str], float], AbstractContextManager[None]]
+
+
+def _lock_tables(conn: Connection, statement: str, tables: Sequence[str]) -> None:
+    try:
+        conn.exec_driver_sql(statement)
+    except DBAPIError as error:
+        # A lock wait past the timeout, or a deadlock with a writer (which then goes on).
+        if classify(rules(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
+            raise TablesBusy(tables) from error
+        raise
+
+
+@contextmanager
+def _guard_drops_postgresql(
+    conn: Connection, dropped: Sequence[str], _touched: Sequence[str], lock_timeout: float
+) -> Iterator[None]:
+    """PostgreSQL: ``LOCK TABLE .. IN ACCESS EXCLUSIVE MODE`` in the migration's own
+    transaction, which the DROPs commit with. The wait is bounded by ``lock_timeout``
+    (SQLSTATE 55P03), then the session's own value is put back, as the schema lock does."""
+    quote = conn.dialect.identifier_preparer.quote
+    previous = conn.scalar(text("SELECT current_setting('lock_timeout')"))
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :value, true)"),
+        {"value": f"{max(1, round(lock_timeout * 1000))}ms"},
+    )
+    names = ", ".join(quote(name) for name in dropped)
+    _lock_tables(conn, f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE", dropped)
+    conn.execute(text("SELECT set_config('lock_timeout', :value, true)"), {"value": previous})
+    yield
+
+
+@contextmanager
+def _guard_drops_mysql(
+    conn: Connection, dropped: Sequence[str], touched: Sequence[str], lock_timeout: float
+) -> Iterator[None]:
+    """MySQL/MariaDB: ``LOCK TABLES .. WRITE``. Every DDL statement commits on its own, so
+    no transaction can hold the tables from the count to the DROP; a table lock of the
+    session can (DDL does not release it): it waits for the transactions using the
+    tables (their metadata locks) and keeps every other session out until ``UNLOCK
+    TABLES``. The session may then use only the tables it locked, under their own names
+    (no alias): every table of chatledger's it touches. ``lock_wait_timeout`` bounds the
+    wait (error 1205), then is put back. A lost connection releases the locks on the
+    server: nothing is left locked or renamed.
+
+    ``UNLOCK TABLES`` commits the open transaction: after a failure it is rolled back
+    first."""
+    quote = conn.dialect.identifier_preparer.quote
+    previous = int(conn.scalar(text("SELECT @@SESSION.lock_wait_timeout")) or 0)
+    conn.exec_driver_sql(f"SET SESSION lock_wait_timeout = {max(1, math.ceil(lock_timeout))}")
+    try:
+        names = ", ".join(f"{quote(name)} WRITE" for name in touched)
+        _lock_tables(conn, f"LOCK TABLES {names}", dropped)
+    finally:
+        with suppress(DBAPIError):  # the connection may be gone (the locks with it)
+            conn.exec_driver_sql(f"SET SESSION lock_wait_timeout = {previous}")
+    try:
+        yield
+    except BaseException:
+        for statement in ("ROLLBACK", "UNLOCK TABLES"):
+            with suppress(DBAPIError):
+                conn.exec_driver_sql(statement)
+        raise
+    conn.exec_driver_sql("UNLOCK TABLES")
+
+
+@contextmanager
+def _guard_drops_sqlite(
+    _conn: Connection, _dropped: Sequence[str], _touched: Sequence[str], _lock_timeout: float
+) -> Iterator[None]:
+    """SQLite: nothing to add. The migration's ``BEGIN IMMEDIATE`` holds the file's write
+    lock from before the count to the COMMIT: an append open at that moment has committed
+    before it was granted, and every later one waits for the COMMIT."""
+    yield
+
+
+#: Dialect name -> how a downgrade keeps writers out of the tables it drops.
+DROP_GUARDS: dict[str, DropGuard] = {
+    "postgresql": _guard_drops_postgresql,
+    "mysql": _guard_drops_mysql,
+    "sqlite": _guard_drops_sqlite,
+}
+
+
+def guard_drops(
+    conn: Connection, dropped: Sequence[str], touched: Sequence[str], lock_timeout: float
+) -> AbstractContextManager[None]:
+    """:data:`DropGuard` of ``conn``'s dialect; ``ValueError`` for a dialect chatledger
+    does not serve."""
+    try:
+        guard = DROP_GUARDS[conn.dialect.name]
+    except KeyError:
+        raise ValueError(f"dialect {conn.dialect.name!r} is not supported") from None
+    if not dropped:
+        return nullcontext()
+    return guard(conn, dropped, touched, lock_timeout)
 
 
 def configure_migration_engine(engine: AsyncEngine, *, lock_timeout: float) -> None:

@@ -286,9 +286,10 @@ class Ledger:
             state, hint = await self._read_state()
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
-            # zett-agent's own tables (hint) are refused by the upgrade under the schema lock,
-            # before any DDL: read without the lock, another process's upgrade half done on
-            # MySQL (its DDL commits statement by statement) would look like them.
+            # zett-agent's own tables or a half-applied revision (hint) are refused by the
+            # upgrade under the schema lock, before any DDL: read without the lock, another
+            # process's upgrade half done on MySQL (its DDL commits statement by statement)
+            # looks like the latter.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:

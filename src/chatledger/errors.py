@@ -42,7 +42,10 @@ class SchemaNotReady(ChatledgerError, RuntimeError):
 
 class DowngradeRefused(ChatledgerError, ValueError):
     """A downgrade would drop tables that hold rows, and was not told to drop them
-    (``chatledger downgrade --yes``); nothing was changed."""
+    (``chatledger downgrade --yes``); nothing was changed. (On MySQL/MariaDB, where DDL
+    commits statement by statement, rows written while the steps before the drops ran
+    are found after those steps: they stay applied, and the message says where the
+    database is.)"""
 
     def __init__(self, message: str, *, tables: dict[str, int]) -> None:
         super().__init__(message)

@@ -25,7 +25,7 @@ the same way:
   next upgrade; until then it is read from there;
 * **guarded**: no migration runs over zett-agent's own tables (``env.py`` refuses,
   naming ``chatledger adopt``), and :func:`downgrade_database` drops no table that
-  holds rows unless told to;
+  holds rows unless told to, not even rows a writer commits while it runs;
 * **also offline**: :func:`write_upgrade_sql` writes an upgrade as a script for the
   database's own client, the schema lock included (:mod:`chatledger.offline`).
 
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
+from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import URL, Connection
 
@@ -54,6 +55,7 @@ from .errors import DowngradeRefused, SchemaNotReady
 from .revisions import (
     Revisions,
     alembic_config,
+    downgrade_steps,
     head_revision,
     imports_chatledger,
     is_known,
@@ -61,6 +63,7 @@ from .revisions import (
     script_location,
     tables_dropped,
 )
+from .schema import metadata
 from .versioning import (
     COMPATIBILITY_TABLE,
     LEGACY_VERSION_TABLE,
@@ -95,6 +98,7 @@ __all__ = [
     "default_notice",
     "describe",
     "downgrade_database",
+    "downgrade_steps",
     "head_revision",
     "imports_chatledger",
     "is_known",
@@ -345,31 +349,97 @@ async def downgrade_database(
     table), under the schema lock, atomically where DDL is transactional; return the
     revision it is at afterwards.
 
+    No table holding rows is dropped unless ``drop_rows``: their rows are counted first
+    (a refusal then changes nothing), and once more under a lock that keeps every writer
+    out of them until they are dropped (:data:`chatledger.dialects.DROP_GUARDS`), taken
+    after the steps that drop no table: an append open meanwhile commits before the
+    count and is counted, a later one fails once the table is gone. It was never
+    acknowledged.
+
     Raises:
         DowngradeRefused: the downgrade would drop tables that hold rows and
-            ``drop_rows`` is false; names them with their rows. Checked under the
-            schema lock before the first change: nothing was changed.
+            ``drop_rows`` is false; names them with their rows. Refused before the first
+            change, unless the rows came in while the steps before the drops ran: on
+            MySQL/MariaDB those steps stay committed, and the message says where the
+            database is then.
+        SchemaNotReady: the schema lock, or the lock on the tables to drop, was not
+            granted within ``lock_timeout`` seconds.
+        ValueError: ``lock_timeout`` is not a positive number of seconds.
     """
     url = resolve_dsn(dsn)
+    started: list[str] = []  # the revision it started from, once steps before the drops ran
 
     def work(connection: Connection) -> str | None:
-        current = read_state(connection, script_location).revision
-        if not drop_rows and current is not None:
-            _refuse_dropping_rows(connection, url, current, revision, script_location)
-        command.downgrade(alembic_config(connection, script_location), revision)
-        return read_state(connection, script_location).revision
+        location = script_location
+        adopt_legacy_revision(connection, ScriptDirectory.from_config(alembic_config(location=location)))
+        current = read_state(connection, location).revision
+        steps = downgrade_steps(current, revision, location) if current is not None else []
+        first = next((index for index, (_, tables) in enumerate(steps) if tables), None)
+        if first is None:  # no table dropped: nothing to count or guard
+            command.downgrade(alembic_config(connection, location), revision)
+            return read_state(connection, location).revision
+        assert current is not None
+        target = _below(steps[-1][0], location)
+        present = set(inspect(connection).get_table_names())
+        dropped = [name for name in tables_dropped(current, target, location) if name in present]
+        if not drop_rows:
+            _refuse_dropping_rows(connection, url, current, revision, dropped)
+        if first:
+            command.downgrade(alembic_config(connection, location), steps[first][0])
+            started.append(current)
+        present = set(inspect(connection).get_table_names())  # the steps run may have made some
+        touched = sorted(present & {*metadata.tables, *dropped, VERSION_TABLE, COMPATIBILITY_TABLE})
+        with dialects.guard_drops(connection, dropped, touched, lock_timeout):
+            if not drop_rows:
+                _refuse_dropping_rows(connection, url, current, revision, dropped)
+            command.downgrade(alembic_config(connection, location), target)
+        return read_state(connection, location).revision
 
-    return await _alembic(url, work, None, lock_timeout)
+    try:
+        return await _alembic(url, work, None, lock_timeout)
+    except DowngradeRefused as refused:
+        where = await _moved_since(url, started, script_location)
+        if where is None:
+            raise
+        raise DowngradeRefused(
+            str(refused).replace("nothing was changed", where), tables=refused.tables
+        ) from None
+    except dialects.TablesBusy as busy:
+        where = await _moved_since(url, started, script_location) or "nothing was dropped"
+        raise SchemaNotReady(
+            f"database {display(url)}: waited {lock_timeout:g} s to lock the tables the downgrade "
+            f"drops ({', '.join(busy.tables)}), which open transactions use; {where}. Stop the services "
+            "that write to it first (a downgrade drops their tables) and run it again, or wait longer "
+            "(--lock-timeout)"
+        ) from busy
+
+
+def _below(revision: str, location: str | Path | None) -> str:
+    """The revision a downgrade undoing ``revision`` reaches: its predecessor, or base."""
+    order = revisions(location).order
+    index = order.index(revision)
+    return order[index - 1] if index else "base"
+
+
+async def _moved_since(url: URL, started: list[str], location: str | Path | None) -> str | None:
+    """After a failed downgrade whose first steps committed on their own (MySQL/MariaDB):
+    where the database is now, in words; ``None`` when it is where it started."""
+    if not started:
+        return None
+    now = (await database_state(url, location)).revision
+    if now == started[0]:
+        return None
+    return (
+        f"the steps before the drops stay committed (MySQL/MariaDB commit every DDL statement on its "
+        f"own): the database is at revision {now or '<none>'} now"
+    )
 
 
 def _refuse_dropping_rows(
-    connection: Connection, url: URL, current: str, target: str, location: str | Path | None
+    connection: Connection, url: URL, current: str, target: str, tables: list[str]
 ) -> None:
-    present = set(inspect(connection).get_table_names())
     rows = {
-        name: int(connection.scalar(select(func.count()).select_from(table(name))) or 0)
-        for name in tables_dropped(current, target, location)
-        if name in present
+        name: int(connection.scalar(select(func.count()).select_from(table(name))) or 0) for name in tables
     }
     held = {name: count for name, count in rows.items() if count}
     if held:

@@ -178,11 +178,22 @@ def imports_chatledger(path: Path) -> list[str]:
 
 def tables_dropped(upper: str, lower: str, location: str | Path | None = None) -> list[str]:
     """The tables a downgrade from revision ``upper`` to ``lower`` (a revision, ``base``
-    or relative, as Alembic takes it) drops: the ``op.drop_table`` calls of each
-    ``downgrade()`` on the way, recorded, not run. Recorded for PostgreSQL, where no
-    operation needs the live table (SQLite's batch mode would); the revisions take no
-    dialect-specific path. An unknown revision yields none (the downgrade itself then
-    says what is wrong).
+    or relative, as Alembic takes it) drops, in the order it drops them; see
+    :func:`downgrade_steps`."""
+    dropped: list[str] = []
+    for _revision, tables in downgrade_steps(upper, lower, location):
+        dropped += [name for name in tables if name not in dropped]
+    return dropped
+
+
+def downgrade_steps(
+    upper: str, lower: str, location: str | Path | None = None
+) -> list[tuple[str, list[str]]]:
+    """The revisions a downgrade from ``upper`` to ``lower`` undoes, newest first, each
+    with the tables its ``downgrade()`` drops: its ``op.drop_table`` calls, recorded,
+    not run. Recorded for PostgreSQL, where no operation needs the live table (SQLite's
+    batch mode would); the revisions take no dialect-specific path. An unknown revision
+    yields none (the downgrade itself then says what is wrong).
 
     Alembic's ``op`` is process-wide: call it where no other Alembic run is under way.
     """
@@ -202,14 +213,13 @@ def tables_dropped(upper: str, lower: str, location: str | Path | None = None) -
     context = MigrationContext.configure(
         dialect_name="postgresql", opts={"as_sql": True, "output_buffer": io.StringIO()}
     )
-    recorded: list[ops.MigrateOperation] = []
+    steps: list[tuple[str, list[str]]] = []
     with Operations.context(context) as operations:
-        operations.invoke = recorded.append  # type: ignore[method-assign,assignment]
         for found in path:
             assert isinstance(found, Script)
+            recorded: list[ops.MigrateOperation] = []
+            operations.invoke = recorded.append  # type: ignore[method-assign,assignment]
             found.module.downgrade()
-    dropped: list[str] = []
-    for op in recorded:
-        if isinstance(op, ops.DropTableOp) and op.table_name not in dropped:
-            dropped.append(op.table_name)
-    return dropped
+            dropped = [op.table_name for op in recorded if isinstance(op, ops.DropTableOp)]
+            steps.append((found.revision, list(dict.fromkeys(dropped))))
+    return steps

@@ -166,7 +166,8 @@ def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--yes",
         action="store_true",
-        help="drop tables that hold rows (without it such a downgrade is refused and changes nothing)",
+        help="drop tables that hold rows (without it such a downgrade is refused, and changes nothing "
+        "unless rows come in while it runs on MySQL/MariaDB)",
     )
     add_lock_timeout(parser)
 
