@@ -30,7 +30,7 @@ from zett_agent.storage import SQLSessionStorage
 
 from chatledger import ChatledgerError, CorruptData
 from chatledger.dsn import DSN_ENV
-from chatledger.integrity import REPAIR
+from chatledger.integrity import REPAIR, REPAIR_DELETED
 from chatledger.schema import raw_messages_table
 from chatledger.tools.adopt import adopt
 from chatledger.tools.cli import CHECK_PAST_COUNTER, run
@@ -126,3 +126,35 @@ async def test_check_lists_them_and_the_repair_lets_appends_go_on(
         assert await storage.append(ids[0], "r", UserMessage(content="after the repair")) == 9
         tail = (await storage.load(ids[0])).raw_tail
         assert [record.message.text for record in tail[-2:]] == ["by zett, after adopt", "after the repair"]
+
+
+async def test_the_repair_leaves_a_deleted_sessions_next_generation_clean(
+    adopted: tuple[URL, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows another writer added to a session after its delete belong to no generation:
+    the repair removes them instead of numbering the next generation on from them."""
+    url, ids = adopted
+    dsn = dsn_of(url)
+    await execute(url, REPAIR)
+    async with LedgerSessionStorage(url) as storage:
+        last = await storage.count_messages(ids[1])
+        await storage.delete_session(ids[1])
+    # An outside writer numbering past the tombstone's counter (by MAX(sequence) + 1 on
+    # rows it wrote before the delete).
+    await execute(
+        url,
+        "INSERT INTO raw_messages (id, session_id, request_id, sequence, role, content, message_json, "
+        "metadata_json, tags_json, started_at, completed_at, duration_ns, created_at, updated_at) "
+        f"SELECT 'outside-after-delete', '{ids[1]}', request_id, {last + 1}, role, content, message_json, "
+        "metadata_json, tags_json, started_at, completed_at, duration_ns, created_at, updated_at "
+        f"FROM raw_messages WHERE session_id = '{ids[0]}' AND sequence = 1",
+    )
+    assert await run(["check", "--dsn", dsn]) == CHECK_PAST_COUNTER
+    error = capsys.readouterr().err
+    assert repr(ids[1]) in error and REPAIR in error and REPAIR_DELETED in error
+    await execute(url, REPAIR)
+    await execute(url, REPAIR_DELETED)
+    async with LedgerSessionStorage(url) as storage:
+        await storage.create_session(session_id=ids[1])
+        assert (await storage.load(ids[1])).raw_tail == []
+        assert await storage.list_raw_messages(ids[1]) == []

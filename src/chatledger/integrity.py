@@ -27,9 +27,20 @@ from .schema import sessions_table as _sessions
 
 #: The highest sequence a session's raw log holds, as SQL.
 _MAX = "(SELECT MAX(sequence) FROM raw_messages WHERE raw_messages.session_id = agent_sessions.id)"
-#: The statement that moves every counter row past the raw messages another writer
-#: added (plain SQL that PostgreSQL, MySQL/MariaDB and SQLite run as it is).
-REPAIR = f"UPDATE agent_sessions SET last_sequence = {_MAX} WHERE last_sequence < {_MAX}"
+#: The statement that moves every live session's counter row past the raw messages
+#: another writer added (plain SQL that PostgreSQL, MySQL/MariaDB and SQLite run as it
+#: is). Not a deleted session's: raising a tombstone's counter would number its next
+#: generation on from those rows and show them as that generation's messages.
+REPAIR = (
+    f"UPDATE agent_sessions SET last_sequence = {_MAX} WHERE deleted_at IS NULL AND last_sequence < {_MAX}"
+)
+#: The statement that removes the raw messages another writer added to deleted
+#: sessions: deleting a session erases its raw log, so every raw message a tombstone
+#: holds was written past it, and belongs to no generation.
+REPAIR_DELETED = (
+    "DELETE FROM raw_messages "
+    "WHERE session_id IN (SELECT id FROM agent_sessions WHERE deleted_at IS NOT NULL)"
+)
 
 #: The cause, as every message about such rows gives it.
 CAUSE = (
@@ -92,7 +103,9 @@ def describe_past_counter(found: list[PastCounter], more: bool) -> str:
     )
     return (
         f"{CAUSE}: {which} raw messages past the counter row, where chatledger's appends fail "
-        f"until the counter is moved past them. Stop that writer, then, as the schema owner: {REPAIR}"
+        f"until the counter is moved past them. Stop that writer, then, as the schema owner: {REPAIR}; "
+        "and for the deleted sessions among them (tombstones, whose raw log a delete erased): "
+        f"{REPAIR_DELETED}"
     )
 
 
