@@ -103,6 +103,11 @@ class Ledger:
         dialects.configure_engine(self.engine, self.options)
         dialects.release_cancelled_statements(self.engine)
         dialects.configure_galera(self.engine)
+        #: The engine with the execution options of a write and of a snapshot-consistent
+        #: read set once (``Engine.execution_options``: a copy sharing the pool and its
+        #: events), so that a transaction does not set them per call.
+        self._writer = self.engine.execution_options(**self.rules.write)
+        self._reader = self.engine.execution_options(**self.rules.snapshot_read)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.rules.server
         )
@@ -246,7 +251,7 @@ class Ledger:
                 first use); names ``field``, the size and the limit. Nothing is written.
         """
         await self.ensure_ready()
-        validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
+        validate.check_statement_size(texts, self.statement_limit, field)
 
     async def write(
         self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
@@ -290,7 +295,6 @@ class Ledger:
         work: Work[T],
         *,
         write: bool = False,
-        options: dict[str, Any] | None = None,
         ready: bool = True,
         settle: Settle[T] | None = None,
         write_id: str | None = None,
@@ -300,8 +304,6 @@ class Ledger:
             raise RuntimeError(f"{self!r} is closed")
         if ready and not self._ready:
             await self.ensure_ready()
-        if options is None:
-            options = self.rules.write if write else self.rules.snapshot_read
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
         # tenacity's state of this call, made on its first failure: a call that succeeds
@@ -315,7 +317,7 @@ class Ledger:
                     if found is not None:
                         return found
                 try:
-                    return await self._attempt(work, options, write=write)
+                    return await self._attempt(work, write=write)
                 except _Retry as retry:
                     if retry.ambiguous:
                         ambiguous = retry.cause
@@ -353,7 +355,7 @@ class Ledger:
                 state.prepare_for_next_attempt()
 
     async def _settle(self, settle: Settle[T]) -> T | None:
-        return await self._attempt(settle, self.rules.snapshot_read, write=False)
+        return await self._attempt(settle, write=False)
 
     def _unknown(self, cause: BaseException, write_id: str | None, *, settled: bool) -> OutcomeUnknown:
         if settled:
@@ -375,14 +377,14 @@ class Ledger:
             write_id=write_id,
         )
 
-    async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
-        """One transaction. A failure a retry can cure raises :class:`_Retry`; a
-        configuration or size failure its own error; anything else is ``work``'s own."""
+    async def _attempt(self, work: Work[T], *, write: bool) -> T:
+        """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
+        read (:attr:`DialectRules.snapshot_read`). A failure a retry can cure raises
+        :class:`_Retry`; a configuration or size failure its own error; anything else
+        is ``work``'s own."""
         committing = committed = False
         try:
-            async with self.engine.connect() as conn:
-                if options:
-                    conn = await conn.execution_options(**options)
+            async with (self._writer if write else self._reader).connect() as conn:
                 async with conn.begin():
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
