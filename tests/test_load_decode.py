@@ -305,7 +305,9 @@ _hostile_messages = st.one_of(
         ).map(tuple),
         replay_blocks=st.lists(_hostile_objects, max_size=2).map(tuple),
     ),
-    st.builds(ToolMessage, tool_call_id=st.just("c"), name=gen.texts(max_size=5), content=gen.texts(max_size=9)),
+    st.builds(
+        ToolMessage, tool_call_id=st.just("c"), name=gen.texts(max_size=5), content=gen.texts(max_size=9)
+    ),
     gen.raw_messages,
     gen.checkpoints,
 )
