@@ -327,3 +327,12 @@ def test_plain_messages_are_checked_on_the_fast_path(message: Any) -> None:
     """An ordinary turn's messages read back equal on the fast path: no reference decode."""
     payload = encode_messages([message])
     assert codec._reads_back_as(payload, message)
+
+
+def test_an_append_without_timing_stores_zetts_default_timing() -> None:
+    """No timing given: the row holds what ``MessageTiming(started_at=now, completed_at=now,
+    duration_ns=0)`` would give, without building and checking one."""
+    sent = gen.Append("r", UserMessage(content="x"), None, None, None, None)
+    given = dataclasses.replace(sent, timing=MessageTiming(started_at=NOW, completed_at=NOW, duration_ns=0))
+    without, with_default = stored(sent), stored(given)
+    assert {**vars(without), "id": None} == {**vars(with_default), "id": None}
