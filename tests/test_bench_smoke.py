@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from chatledger.tools.bench import CONTENDERS, STORES, BenchReport, Sizes, configure, markdown, run_bench
+from chatledger.tools.bench.measure import _baseline_job, _in_process
 
 TINY = Sizes(
     append_rounds=2,
@@ -46,6 +47,13 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert backend.backend == "sqlite" and backend.server_version.startswith("SQLite")
     assert set(backend.append) == {*CONTENDERS, "chatledger, synchronous=NORMAL"}
     assert all(len(stats.round_per_second) == TINY.append_rounds for stats in backend.append.values())
+    for stats in backend.append.values():  # every contender's breakdown, from its instrumented round
+        assert stats.breakdown is not None
+        assert stats.breakdown.cpu_ms > 0 and stats.breakdown.driver_ms > 0
+        assert stats.breakdown.cpu_ms + stats.breakdown.waiting_ms >= stats.breakdown.wall_ms * 0.5
+    assert backend.append["chatledger"].breakdown.statements == 3  # BEGIN, counter upsert, insert
+    assert backend.append["floor"].breakdown.statements == 2  # BEGIN, insert
+    assert "CPU of the event loop's thread" in backend.targets[0].reason
     for store in STORES:
         assert set(backend.load[store]) == {"5", "50", "200"}
         assert set(backend.list_sessions[store]) == {"20", "60"}
@@ -84,6 +92,22 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     table = markdown(report)
     assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
     assert not any(path.name.startswith("chatledger-bench-") for path in _entries(tmp_path))
+
+
+#: Resident memory the parent holds while it spawns the child, MiB: far above what the
+#: child's own modules take.
+BALLAST_MIB = 512
+
+
+async def test_a_spawned_child_reports_its_own_peak_memory() -> None:
+    """The export, import and idle processes each report their own peak: not the
+    parent's resident size at the fork, which Linux's ``ru_maxrss`` carries over exec."""
+    ballast = bytearray(BALLAST_MIB * 2**20)
+    pages = range(0, len(ballast), 4096)
+    ballast[::4096] = b"\x01" * len(pages)  # every page written: resident
+    peak = await _in_process(_baseline_job)
+    assert 0 < peak < BALLAST_MIB / 2
+    assert ballast[0] == 1  # held, resident, until the child has reported
 
 
 def test_the_arguments() -> None:

@@ -11,6 +11,7 @@ own row builder, as they are stored.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from datetime import UTC, datetime
@@ -30,7 +31,9 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 from zett_agent.stop import StopInfo, StopReason
+from zett_agent.storage import decode_messages, encode_messages
 
+from chatledger import validate
 from chatledger.zett import codec
 
 from . import strategies as gen
@@ -234,3 +237,102 @@ def test_each_known_corruption_is_refused_as_the_reference_refuses_it(name: str)
     expected = outcome(codec.record, row)
     assert expected[0] == "CorruptData"  # chatledger's, a ValueError
     assert outcome(lambda row: codec.records([row])[0], row) == expected
+
+
+# -- the append's read-back check: the fast path decides nothing the reference would not --
+
+
+def reference_encode(message: Any) -> tuple[str, str]:
+    """The append's check as the reference makes it: no key JSON would change
+    (``codec._check_keys``), zett's encoder, then zett's own decoder reads it back."""
+    try:
+        codec._check_keys(dataclasses.asdict(message), "message")
+        payload = encode_messages([message])
+    except (TypeError, ValueError, RecursionError):
+        return "ValueError", "refused"
+    try:
+        validate.text(payload, "message")
+        decode_messages(payload)
+    except (TypeError, ValueError, KeyError):
+        return "ValueError", "refused"
+    return "ok", payload
+
+
+def encoded(message: Any) -> tuple[str, str]:
+    try:
+        kind, payload = codec.encode_message(message)
+    except ValueError:
+        return "ValueError", "refused"
+    assert kind == codec._KINDS[type(message)]
+    return "ok", payload
+
+
+_hostile_keys = st.one_of(
+    gen.texts(max_size=6), st.integers(-2, 2), st.booleans(), st.none(), st.just(codec._BYTES_MARKER)
+)
+#: Free-form values a caller may hand in: JSON, bytes, tuples, and what JSON would change
+#: (non-string keys, a lone bytes-marker key) or cannot hold.
+_hostile_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(),
+        gen.texts(max_size=8),
+        st.binary(max_size=6),
+        st.sampled_from(["AAE=", "aGk=", "not base64"]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(_hostile_keys, children, max_size=3),
+        st.fixed_dictionaries({codec._BYTES_MARKER: children}),
+    ),
+    max_leaves=10,
+)
+_hostile_objects = st.dictionaries(_hostile_keys, _hostile_values, max_size=3)
+_hostile_messages = st.one_of(
+    st.builds(
+        UserMessage,
+        content=st.one_of(gen.texts(max_size=20), st.integers(), st.lists(gen.texts(max_size=3), max_size=2)),
+        attributes=_hostile_objects,
+    ),
+    st.builds(
+        AssistantMessage,
+        content=st.one_of(st.none(), gen.texts(max_size=20)),
+        tool_calls=st.lists(
+            st.builds(ToolCall, st.just("c"), st.just("t"), _hostile_objects), max_size=2
+        ).map(tuple),
+        replay_blocks=st.lists(_hostile_objects, max_size=2).map(tuple),
+    ),
+    st.builds(
+        ToolMessage, tool_call_id=st.just("c"), name=gen.texts(max_size=5), content=gen.texts(max_size=9)
+    ),
+    gen.raw_messages,
+    gen.checkpoints,
+)
+
+
+@decode_settings
+@given(message=_hostile_messages)
+def test_append_read_back_check_decides_as_the_reference(message: Any) -> None:
+    """Whatever the message -- valid, with bytes, tuples, non-string or bytes-marker keys,
+    NaN, wrong field types, a checkpoint -- the append's check accepts exactly what the
+    reference check accepts, with the same stored text."""
+    assert encoded(message) == reference_encode(message)
+
+
+@pytest.mark.parametrize("message", PLAIN, ids=lambda message: type(message).__name__)
+def test_plain_messages_are_checked_on_the_fast_path(message: Any) -> None:
+    """An ordinary turn's messages read back equal on the fast path: no reference decode."""
+    payload = encode_messages([message])
+    assert codec._reads_back_as(payload, message)
+
+
+def test_an_append_without_timing_stores_zetts_default_timing() -> None:
+    """No timing given: the row holds what ``MessageTiming(started_at=now, completed_at=now,
+    duration_ns=0)`` would give, without building and checking one."""
+    sent = gen.Append("r", UserMessage(content="x"), None, None, None, None)
+    given = dataclasses.replace(sent, timing=MessageTiming(started_at=NOW, completed_at=NOW, duration_ns=0))
+    without, with_default = stored(sent), stored(given)
+    assert {**vars(without), "id": None} == {**vars(with_default), "id": None}

@@ -151,10 +151,15 @@ def _counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) ->
     ).returning(table.c.last_sequence)
 
 
+#: (parameter, value's key) of an append's parameters, named once rather than per call.
+_SESSION_PARAMS = tuple((f"s_{name}", name) for name in _SESSION_BINDS)
+_MESSAGE_PARAMS = tuple((f"m_{name}", name) for name in _MESSAGE_COLUMNS)
+
+
 def _append_params(values: dict[str, Any], row: dict[str, Any], now: datetime) -> dict[str, Any]:
-    params = {f"s_{name}": values.get(name) for name in _SESSION_BINDS}
+    params = {param: values.get(name) for param, name in _SESSION_PARAMS}
     params["s_created_at"] = params["s_updated_at"] = now
-    params.update((f"m_{name}", row[name]) for name in _MESSAGE_COLUMNS)
+    params.update({param: row[name] for param, name in _MESSAGE_PARAMS})
     return params
 
 

@@ -120,6 +120,11 @@ class Ledger:
             self.dialect = self.url.get_backend_name()
             self.rules = dialects.rules(self.dialect, self.url.get_driver_name())
             self.engine = self._create_engine()
+        #: The engine with the execution options of a write and of a snapshot-consistent
+        #: read set once (``Engine.execution_options``: a copy sharing the pool and its
+        #: events), so that a transaction does not set them per call.
+        self._writer = self.engine.execution_options(**self.rules.write)
+        self._reader = self.engine.execution_options(**self.rules.snapshot_read)
         self.auto_upgrade = (
             self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.rules.server
         )
@@ -349,7 +354,7 @@ class Ledger:
                 first use); names ``field``, the size and the limit. Nothing is written.
         """
         await self.ensure_ready()
-        validate.within_statement_limit(validate.statement_size(*texts), self.statement_limit, field)
+        validate.check_statement_size(texts, self.statement_limit, field)
 
     async def write(
         self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
@@ -407,8 +412,6 @@ class Ledger:
         await self._bind_loop()
         if ready and not self._ready:
             await self.ensure_ready()
-        if options is None:
-            options = self.rules.write if write else self.rules.snapshot_read
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
         # tenacity's state of this call, made on its first failure: a call that succeeds
@@ -422,7 +425,7 @@ class Ledger:
                     if found is not None:
                         return found
                 try:
-                    return await self._attempt(work, options, write=write)
+                    return await self._attempt(work, write=write, options=options)
                 except _Retry as retry:
                     if retry.ambiguous:
                         ambiguous = retry.cause
@@ -460,7 +463,7 @@ class Ledger:
                 state.prepare_for_next_attempt()
 
     async def _settle(self, settle: Settle[T]) -> T | None:
-        return await self._attempt(settle, self.rules.snapshot_read, write=False)
+        return await self._attempt(settle, write=False)
 
     def _unknown(self, cause: BaseException, write_id: str | None, *, settled: bool) -> OutcomeUnknown:
         if settled:
@@ -482,15 +485,18 @@ class Ledger:
             write_id=write_id,
         )
 
-    async def _attempt(self, work: Work[T], options: dict[str, Any], *, write: bool) -> T:
-        """One transaction. A failure a retry can cure raises :class:`_Retry`; a
-        configuration, size or schema failure its own error (``ConfigurationError``,
-        ``ValueError``, ``SchemaNotReady``); anything else is ``work``'s own."""
+    async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
+        """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
+        read (:attr:`DialectRules.snapshot_read`), or one with ``options`` instead. A
+        failure a retry can cure raises :class:`_Retry`; a configuration, size or schema
+        failure its own error (``ConfigurationError``, ``ValueError``,
+        ``SchemaNotReady``); anything else is ``work``'s own."""
         committing = committed = False
         try:
-            async with self.engine.connect() as conn:
-                if options:
-                    conn = await conn.execution_options(**options)
+            engine = self._writer if write else self._reader
+            if options is not None:  # a call of its own kind (once per ledger): a copy for it
+                engine = self.engine.execution_options(**options)
+            async with engine.connect() as conn:
                 async with conn.begin():
                     if self.foreign:  # after the engine's own begin listeners
                         await self.rules.foreign_begin(conn)

@@ -209,6 +209,19 @@ def statement_size(*values: str) -> int:
     return size
 
 
+#: Most bytes one character adds to :func:`statement_size`: 4 in UTF-8; an escaped
+#: character is ASCII, 1 byte and its backslash.
+MAX_CHARACTER_BYTES = 4
+
+
+def check_statement_size(texts: tuple[str, ...], limit: int, field: str) -> None:
+    """:func:`within_statement_limit` of a row with these long text values; their exact
+    size (:func:`statement_size`, which encodes them) is counted only when the bound
+    of :data:`MAX_CHARACTER_BYTES` per character does not fit ``limit`` already."""
+    if STATEMENT_OVERHEAD + MAX_CHARACTER_BYTES * sum(map(len, texts)) > limit:
+        within_statement_limit(statement_size(*texts), limit, field)
+
+
 def within_statement_limit(size: int, limit: int, field: str) -> None:
     """Refuse a row larger than the server accepts, before anything is sent.
 

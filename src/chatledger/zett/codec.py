@@ -55,6 +55,9 @@ _USAGE_FIELDS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+#: The timing and token columns of a row without a timing (but its start and end) or usage.
+_NO_TIMING = {**dict.fromkeys(_TIMING_FIELDS), **dict.fromkeys(_DURATION_FIELDS), "duration_ns": 0}
+_NO_USAGE = dict.fromkeys(_USAGE_FIELDS)
 #: The one key of the object zett's codec writes for ``bytes`` (``storage.encode_messages``).
 _BYTES_MARKER = "__kcs_bytes__"
 
@@ -82,7 +85,12 @@ def encode_message(message: object, field: str = "message") -> tuple[MessageKind
     """The message's kind and its JSON envelope from zett's codec.
 
     The envelope is decoded again (as :func:`record` will) so that nothing is
-    stored that would not read back.
+    stored that would not read back. First by the load's fast path: when it reads
+    the envelope back as a message equal to ``message``, the reference decoder
+    would too (the fast path accepts nothing the reference refuses), and no key
+    can have changed on the way (a non-string key reads back as another key, a
+    bytes-marker object is left to the reference). Anything else -- a tuple that
+    comes back as a list, a checkpoint -- takes the reference check.
 
     Raises:
         WrongType: ``message`` is not a zett-agent message, holds an object JSON
@@ -96,16 +104,34 @@ def encode_message(message: object, field: str = "message") -> tuple[MessageKind
     if kind is None:
         raise WrongType(f"{field} must be a zett-agent message, not {type(message).__name__}")
     try:
-        _check_keys(asdict(message), field)  # type: ignore[call-overload]
         payload = encode_messages([message])  # type: ignore[list-item]
     except (TypeError, ValueError, RecursionError) as error:
         raise _refusal(error)(f"{field} cannot be encoded: {_first_line(error)}") from None
     validate.text(payload, field)
+    if not _reads_back_as(payload, message):
+        _check_read_back(message, payload, field)
+    return kind, payload
+
+
+def _reads_back_as(payload: str, message: object) -> bool:
+    """Whether the fast path reads ``payload`` back as exactly ``[message]``."""
+    try:
+        return _fast_messages(payload) == [message]
+    except (LookupError, ValueError, TypeError, RecursionError):
+        return False
+
+
+def _check_read_back(message: object, payload: str, field: str) -> None:
+    """The reference check of an encoded message: no key JSON would change, and zett's
+    own decoder reads the envelope."""
+    try:
+        _check_keys(asdict(message), field)  # type: ignore[call-overload]
+    except (TypeError, ValueError, RecursionError) as error:
+        raise _refusal(error)(f"{field} cannot be encoded: {_first_line(error)}") from None
     try:
         decode_messages(payload)
     except (TypeError, ValueError, KeyError) as error:
         raise _refusal(error)(f"{field} would not read back from storage: {_first_line(error)}") from None
-    return kind, payload
 
 
 def _refusal(error: Exception) -> type[ValueError]:
@@ -122,8 +148,12 @@ def _refusal(error: Exception) -> type[ValueError]:
 
 def context_json(value: Mapping[str, JsonValue] | None, field: str, *, nonempty_keys: bool = False) -> str:
     """``metadata`` or ``tags`` as JSON text, checked by zett's own ``json_object``."""
-    if value is not None and not isinstance(value, Mapping):
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
         raise WrongType(f"{field} must be a mapping, not {type(value).__name__}")
+    if not value:
+        return "{}"  # what the checks below make of an empty mapping
     validate.json_depth(value, field)
     try:
         checked = json_object(value, field_name=field, nonempty_keys=nonempty_keys)
@@ -160,7 +190,6 @@ def raw_row(
         raise WrongType(f"usage must be a ModelUsage, not {type(usage).__name__}")
     if usage is not None and not isinstance(message, AssistantMessage):
         raise ValueError("usage belongs only to assistant messages (zett storage contract)")
-    timing = timing or MessageTiming(started_at=now, completed_at=now, duration_ns=0)
     row: dict[str, Any] = {
         "id": new_uuid7(),
         "session_id": session_id,
@@ -180,12 +209,21 @@ def raw_row(
         # A convenience copy for SQL readers, like ``content``: the exact name stays
         # in message_json; the column holds its first 200 characters, NUL replaced.
         row["tool_name"] = validate.utf8(row["tool_name"], "message.name")[:200].replace("\x00", "\ufffd")
-    for name in _TIMING_FIELDS:
-        row[name] = validate.optional_aware(getattr(timing, name), f"timing.{name}")
-    for name in _DURATION_FIELDS:
-        row[name] = validate.optional_integer(getattr(timing, name), f"timing.{name}")
-    for name in _USAGE_FIELDS:
-        row[name] = validate.integer(getattr(usage, name), f"usage.{name}") if usage is not None else None
+    if timing is None:
+        # The default timing, MessageTiming(started_at=now, completed_at=now,
+        # duration_ns=0): no span of its own, nothing to check but the instant.
+        row.update(_NO_TIMING)
+        row["started_at"] = row["completed_at"] = validate.aware(now, "timing.started_at")
+    else:
+        for name in _TIMING_FIELDS:
+            row[name] = validate.optional_aware(getattr(timing, name), f"timing.{name}")
+        for name in _DURATION_FIELDS:
+            row[name] = validate.optional_integer(getattr(timing, name), f"timing.{name}")
+    if usage is None:
+        row.update(_NO_USAGE)
+    else:
+        for name in _USAGE_FIELDS:
+            row[name] = validate.integer(getattr(usage, name), f"usage.{name}")
     return row
 
 
@@ -291,9 +329,9 @@ def _envelopes() -> TypeAdapter[Any]:
 _ENVELOPES = _envelopes()
 
 
-def _fast(values: list[Any]) -> RawMessageRecord:
-    """One row's values (:data:`RECORD_COLUMNS`) as a record; raises on any doubt."""
-    payload = values[_MESSAGE]
+def _fast_messages(payload: str) -> list[Any]:
+    """The raw-log messages of a stored JSON envelope list; raises on any doubt
+    (``LookupError``, or the validator's ``ValueError``)."""
     # zett's decoder turns every object whose one key is the bytes marker into bytes
     # (a JSON hook); without the marker in the text, plain JSON is what it reads. A
     # ``\u`` escape could spell the marker; JSON writes one only for control
@@ -301,10 +339,15 @@ def _fast(values: list[Any]) -> RawMessageRecord:
     # backslash before a "u"): such rows take the reference path.
     if _BYTES_MARKER in payload or "\\u" in payload:
         raise LookupError("reference path")
-    envelopes = _ENVELOPES.validate_json(payload)
-    if len(envelopes) != 1:
+    return [envelope["data"] for envelope in _ENVELOPES.validate_json(payload)]
+
+
+def _fast(values: list[Any]) -> RawMessageRecord:
+    """One row's values (:data:`RECORD_COLUMNS`) as a record; raises on any doubt."""
+    messages = _fast_messages(values[_MESSAGE])
+    if len(messages) != 1:
         raise LookupError("reference path")
-    message = envelopes[0]["data"]
+    message = messages[0]
     if values[_ROLE] != _KINDS[type(message)]:
         raise LookupError("reference path")
     values[_MESSAGE] = message

@@ -145,7 +145,9 @@ async def bench_backend(
             say(f"appends: {sizes.append_rounds} rounds x {sizes.append_batch} per contender")
             appenders: dict[str, Appender] = {kind: store.append for kind, store in stores.items()}
             appenders.update({"floor": floor.append, rules.variant_name: variant.append})
-            report.append = await measure_appends(appenders, sizes, rng)
+            engines = {kind: store_engine(store) for kind, store in stores.items()}
+            engines.update({"floor": floor.engine, rules.variant_name: store_engine(variant)})
+            report.append = await measure_appends(appenders, sizes, rng, engines)
 
             if sizes.processes and sizes.process_appends:
                 runs = [(kind, shared) for kind in STORES for shared in (True, False)]

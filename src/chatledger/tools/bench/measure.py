@@ -4,10 +4,12 @@ processes, and export/import throughput and peak memory."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -18,14 +20,17 @@ from typing import Any
 
 from sqlalchemy import MetaData, Table
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ...engine import Ledger
 from ...migrate import upgrade_database
 from ...schema import raw_messages_table
 from ..harness import AppendJob, error_kinds, open_store, run_workers, user_message, verify
+from .load import StatementClock
 from .results import (
     MAX_REPEATS,
     REPEAT_BUDGET,
+    AppendBreakdown,
     AppendStats,
     ConcurrentStats,
     Sizes,
@@ -55,10 +60,17 @@ Appender = Callable[[str, str, Any], Awaitable[int]]
 
 
 async def measure_appends(
-    contenders: dict[str, Appender], sizes: Sizes, rng: random.Random
+    contenders: dict[str, Appender],
+    sizes: Sizes,
+    rng: random.Random,
+    engines: dict[str, AsyncEngine] | None = None,
 ) -> dict[str, AppendStats]:
     """Interleaved rounds of ``sizes.append_batch`` timed appends per contender, each
-    into its one session; a contender's order within a round is shuffled."""
+    into its one session; a contender's order within a round is shuffled.
+
+    Then, for the contenders with an engine in ``engines``, one more such round with
+    a :class:`~chatledger.tools.bench.load.StatementClock` on the engine and the event
+    loop thread's CPU time read around each append: the :class:`AppendBreakdown`."""
     sessions = {name: f"append-{name}-{uuid.uuid4().hex[:8]}" for name in contenders}
     counter = 0
 
@@ -69,6 +81,12 @@ async def measure_appends(
         start = time.perf_counter()
         await contenders[name](sessions[name], "bench", message)
         return time.perf_counter() - start
+
+    async def instrumented(name: str, clock: StatementClock) -> tuple[float, float, float, int]:
+        clock.reset()
+        cpu = time.thread_time()
+        wall = await one(name)
+        return wall, time.thread_time() - cpu, clock.seconds, clock.count
 
     for name in contenders:
         for _ in range(sizes.warmup):
@@ -83,12 +101,30 @@ async def measure_appends(
             for _ in range(sizes.append_batch):
                 latencies[name].append(await one(name))
             rounds[name].append(sizes.append_batch / (time.perf_counter() - start))
+    breakdowns: dict[str, AppendBreakdown] = {}
+    clocks = {name: StatementClock(engine) for name, engine in (engines or {}).items() if name in contenders}
+    try:
+        order = list(clocks)
+        rng.shuffle(order)
+        for name in order:
+            samples = [await instrumented(name, clocks[name]) for _ in range(sizes.append_batch)]
+            breakdowns[name] = AppendBreakdown(
+                wall_ms=statistics.median(wall for wall, _, _, _ in samples) * 1000,
+                cpu_ms=statistics.median(cpu for _, cpu, _, _ in samples) * 1000,
+                waiting_ms=statistics.median(wall - cpu for wall, cpu, _, _ in samples) * 1000,
+                driver_ms=statistics.median(driver for _, _, driver, _ in samples) * 1000,
+                statements=statistics.median(count for _, _, _, count in samples),
+            )
+    finally:
+        for clock in clocks.values():
+            clock.close()
     return {
         name: AppendStats(
             median_ms=statistics.median(latencies[name]) * 1000,
             p95_ms=_p95(latencies[name]) * 1000,
             per_second=statistics.median(rounds[name]),
             round_per_second=rounds[name],
+            breakdown=breakdowns.get(name),
         )
         for name in contenders
     }
@@ -168,10 +204,22 @@ async def measure_concurrent(
 
 
 def _peak_mib() -> float:
-    """This process's peak resident set size, MiB (``ru_maxrss`` is KiB on Linux)."""
+    """This process's own peak resident set size, MiB.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this address
+    space, which an ``exec`` starts anew. Not ``ru_maxrss``: Linux keeps it across
+    ``execve``, so a spawned child (fork, then exec of a new interpreter) reports the
+    parent's resident size at the fork when that was larger (proc(5), getrusage(2)).
+    Elsewhere ``ru_maxrss`` (KiB; bytes on macOS), where it is the process's own.
+    """
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def _baseline_job() -> float:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from rich.table import Table as RichTable
 
 from .load import breakdown
-from .results import CONTENDERS, STORES, BackendReport, BenchReport, Sizes, Verdict
+from .results import CONTENDERS, STORES, AppendStats, BackendReport, BenchReport, Sizes, Verdict
 
 #: The contenders of the append measurement, in table order.
 
@@ -25,6 +25,7 @@ def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
             append["chatledger"].per_second / append["floor"].per_second,
             ">=",
             0.7,
+            reason=append_breakdown(append),
         ),
         Verdict(
             "append_vs_zett",
@@ -50,6 +51,22 @@ def targets(report: BackendReport, sizes: Sizes) -> list[Verdict]:
         *agent_load_targets(report, sizes),
         *_transfer_targets(report),
     ]
+
+
+def append_breakdown(append: dict[str, AppendStats]) -> str:
+    """Where chatledger's append and the floor's went, measured (their
+    :class:`AppendBreakdown`); empty when either was not instrumented."""
+    parts = []
+    for name in ("chatledger", "floor"):
+        stats = append[name].breakdown
+        if stats is None:
+            return ""
+        parts.append(
+            f"{name} {stats.wall_ms:.2f} ms: {stats.cpu_ms:.2f} ms CPU of the event loop's thread, "
+            f"{stats.waiting_ms:.2f} ms off it; {stats.statements:g} statements, "
+            f"{stats.driver_ms:.2f} ms in the driver"
+        )
+    return "per append, p50s of an instrumented round: " + "; ".join(parts)
 
 
 IMPORT_TARGET_BACKENDS = ("postgresql", "mysql")

@@ -109,6 +109,25 @@ QUICK = Sizes(
 
 
 @dataclass
+class AppendBreakdown:
+    """Where one contender's append goes: medians per append, in milliseconds, of one
+    extra interleaved round with instruments attached (so that the timed rounds carry
+    none)."""
+
+    wall_ms: float
+    #: CPU time of the event loop's thread (``time.thread_time``): the store's Python,
+    #: SQLAlchemy, the driver's client side.
+    cpu_ms: float
+    #: Wall time off that CPU: the database's work and the COMMIT's sync, the network,
+    #: hand-offs to a driver's own thread (aiosqlite), being scheduled out.
+    waiting_ms: float
+    #: Time inside the driver's statement calls (``before_cursor_execute`` to
+    #: ``after_cursor_execute``), and the statements sent (the COMMIT is none).
+    driver_ms: float
+    statements: float
+
+
+@dataclass
 class AppendStats:
     """One contender's appends: per-append latency and per-round throughput."""
 
@@ -117,6 +136,8 @@ class AppendStats:
     #: Median over rounds of (appends in the round / its seconds).
     per_second: float
     round_per_second: list[float]
+    #: ``None``: not measured (no engine to instrument, or a report from before).
+    breakdown: AppendBreakdown | None = None
 
 
 @dataclass
@@ -237,7 +258,7 @@ class BenchReport:
                     backend=backend["backend"],
                     server=backend["server"],
                     server_version=backend["server_version"],
-                    append={name: AppendStats(**stats) for name, stats in backend["append"].items()},
+                    append={name: _append_stats(stats) for name, stats in backend["append"].items()},
                     load={k: {n: TimingStats(**t) for n, t in v.items()} for k, v in backend["load"].items()},
                     list_sessions={
                         k: {n: TimingStats(**t) for n, t in v.items()}
@@ -272,6 +293,11 @@ class BenchReport:
             for target, verdict in zip(backend["targets"], report.targets, strict=True):
                 target["met"] = verdict.met
         return data
+
+
+def _append_stats(data: dict[str, Any]) -> AppendStats:
+    breakdown = data.get("breakdown")
+    return AppendStats(**{**data, "breakdown": AppendBreakdown(**breakdown) if breakdown else None})
 
 
 def check(condition: bool, what: str) -> None:

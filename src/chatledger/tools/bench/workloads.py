@@ -174,6 +174,10 @@ class Floor:
         self._new_id = new_uuid7
         self._role = int(MessageKind.USER)
 
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._ledger.engine
+
     async def create_table(self) -> None:
         async with self._ledger.engine.begin() as conn:
             await conn.run_sync(self._table.metadata.create_all)
