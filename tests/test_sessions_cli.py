@@ -274,3 +274,39 @@ async def test_a_kind_whose_package_is_missing_is_mentioned_only_when_it_matters
     assert "rein-agent is not installed" not in capsys.readouterr().out  # a zett-only database
     assert await run(["sessions", "list", "--dsn", dsn, "--kind", "rein"]) == 0
     assert "rein-agent is not installed" in capsys.readouterr().out  # asked for rein alone
+
+
+async def test_purge_matches_the_prefix_literally_and_byte_for_byte(
+    filled: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17: ``--prefix tmp-`` deleted ``TMP-keep`` and ``Tmp-x`` too on SQLite."""
+    dsn, ids = filled
+    names = ["tmp-1", "TMP-keep", "Tmp-x", "tmp_2", "tmp%", "tmp-%"]
+    async with LedgerSessionStorage(dsn) as storage:
+        for name in names:
+            await storage.create_session(session_id=name)
+    async with LedgerSessionStore(dsn) as store:
+        for name in names:
+            await store.asave(name, Session(messages=[Message(role="user", content=name)]))
+
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp-", "--dry-run"]) == 0
+    listed = sorted(line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  "))
+    assert listed == ["tmp-%", "tmp-%", "tmp-1", "tmp-1"]
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp-", "--yes"]) == 0
+    assert (
+        "deleted 2 zett sessions and 2 rein sessions whose id starts with 'tmp-'" in capsys.readouterr().out
+    )
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp%", "--yes"]) == 0
+    assert "deleted 1 zett session and 1 rein session" in capsys.readouterr().out
+
+    async with LedgerSessionStorage(dsn) as storage:
+        left = {summary.session_id for summary in await storage.list_sessions()}
+        assert left == {*ids, "TMP-keep", "Tmp-x", "tmp_2"}
+    async with LedgerSessionStore(dsn) as store:
+        assert {info.id for info in await store.alist_sessions()} == {
+            "rein-one",
+            "rein-two",
+            "TMP-keep",
+            "Tmp-x",
+            "tmp_2",
+        }

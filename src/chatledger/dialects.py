@@ -501,6 +501,16 @@ class DialectRules:
     check_foreign: ForeignCheck = _no_check
     #: The start of every ledger transaction on an engine the caller owns.
     foreign_begin: ForeignBegin = _refuse_autocommit
+    #: The collation under which ``<`` and ``>=`` order ids by their bytes (UTF-8: by
+    #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
+    #: PostgreSQL's ``C`` (a database's default may be a language's), SQLite's ``BINARY``;
+    #: ``None`` where the id type orders by bytes itself (MySQL's ``VARBINARY``).
+    byte_order_collation: str | None = None
+    #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
+    #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads
+    #: spaces). SQLite's ``LIKE`` folds ASCII case: there a prefix is checked with
+    #: ``substr`` and ``=`` (:func:`chatledger.selection.id_prefix`).
+    literal_like: bool = True
 
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
         """The later of a stored instant and ``now``, computed in the statement: what an
@@ -720,6 +730,7 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({"54000"}),
         schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
         missing_table_codes=frozenset({"42P01"}),  # undefined_table
+        byte_order_collation="C",
     ),
     "mysql": DialectRules(
         append_message=_append_mysql,
@@ -783,6 +794,8 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({18}),
         # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
         schema_messages=("no such column", "has no column named", "no such table"),
+        byte_order_collation="BINARY",
+        literal_like=False,
     ),
 }
 
