@@ -212,8 +212,8 @@ class LedgerSessionStore:
     ``isinstance(store, rein.SessionStore)`` holds) and, like rein's
     ``MemorySessionStore``, has ``delete(id)`` and ``id in store``. Extras:
     versioned saves for sharing one session between processes
-    (``save(..., expected_version=n)``, :meth:`load_versioned`) and
-    :meth:`list_sessions`.
+    (``save(..., expected_version=n)``, :meth:`load_versioned`),
+    :meth:`list_sessions`, and :meth:`purge` (and ``delete(id, idle_before=...)``).
 
     Args:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
@@ -237,7 +237,7 @@ class LedgerSessionStore:
     at once, and from code already inside a running event loop -- which a
     blocking call then holds up for one database round trip. Async applications
     use the twins ``asave``, ``aload``, ``aload_versioned``, ``adelete``,
-    ``acontains``, ``alist_sessions`` and ``aclose``: they hand the same work to
+    ``acontains``, ``alist_sessions``, ``apurge`` and ``aclose``: they hand the same work to
     the store's loop and await it (``BlockingPortal.call_async``), so the
     caller's loop keeps running. (A pool cannot serve two loops -- asyncpg and
     aiomysql connections belong to the loop that opened them -- so the async twins

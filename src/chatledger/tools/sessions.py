@@ -498,13 +498,16 @@ async def _purge(
             _say(console, "nothing deleted")
             return 1
         deleted = dict.fromkeys(present, 0)
-        kept = 0
+        kept: list[str] = []
         with progress(console) as bars:
             for kind in present:
                 task = bars.add_task(f"{kind} sessions", total=counts[kind])
 
-                def advance(_session_id: str, _deleted: bool, task: Any = task) -> None:
+                # On the rein store's loop thread for rein: rich's bars take a lock.
+                def advance(session_id: str, done: bool, task: Any = task) -> None:
                     bars.advance(task)
+                    if not done:
+                        kept.append(session_id)
 
                 options: dict[str, Any] = {
                     "idle_before": selection.idle_before,
@@ -516,9 +519,8 @@ async def _purge(
                     deleted[kind] = await stores.zett.purge_sessions(**options)
                 else:
                     deleted[kind] = await stores.rein.apurge(**options)
-                kept += max(counts[kind] - deleted[kind], 0)
         said = f"deleted {_how_many(deleted, present)} {described}"
         if kept:
-            said += f"; {counted(kept, 'session')} written to meanwhile kept"
+            said += f"; kept {counted(len(kept), 'session')} written to (or deleted) meanwhile"
         _say(console, said)
         return 0

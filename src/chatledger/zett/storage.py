@@ -94,7 +94,8 @@ class LedgerSessionStorage:
     ``append``, ``snapshot``) and mirrors the extras of zett's own
     ``SQLSessionStorage`` (``create_session``, ``get_session``, ``update_session``,
     ``delete_session``, ``list_sessions``, ``list_raw_messages``,
-    ``count_messages``), with the same argument names and validation.
+    ``count_messages``), with the same argument names and validation, and adds
+    :meth:`purge_sessions` (and ``delete_session(..., idle_before=...)``).
 
     Args:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
