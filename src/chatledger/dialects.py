@@ -7,7 +7,8 @@ and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and inser
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
 or column missing from the schema), the isolation of a snapshot-consistent read, the
-greater of two instants (``updated_at`` never moves back), the schema lock of
+greater of two instants (``updated_at`` never moves back), the byte order of ids
+and whether ``LIKE`` is exact (an id prefix's match), the schema lock of
 migrations (online, and in the scripts of ``--sql``), the table locks of a downgrade
 that drops tables, and the set-up of every new connection (lock timeouts; SQLite's
 pragmas, explicit transactions and the clean-up of a cancelled statement; Galera's
@@ -503,8 +504,10 @@ class DialectRules:
     foreign_begin: ForeignBegin = _refuse_autocommit
     #: The collation under which ``<`` and ``>=`` order ids by their bytes (UTF-8: by
     #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
-    #: PostgreSQL's ``C`` (a database's default may be a language's), SQLite's ``BINARY``;
-    #: ``None`` where the id type orders by bytes itself (MySQL's ``VARBINARY``).
+    #: PostgreSQL's ``C`` (a database's default may be a language's, under which
+    #: ``TMP-keep`` sorts between ``tmp-`` and ``tmp.``; the primary key serves the
+    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default, which the primary key uses); ``None``
+    #: where the id type orders by bytes itself (MySQL's ``VARBINARY``).
     byte_order_collation: str | None = None
     #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
     #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads
