@@ -506,8 +506,9 @@ class DialectRules:
     #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
     #: PostgreSQL's ``C`` (a database's default may be a language's, under which
     #: ``TMP-keep`` sorts between ``tmp-`` and ``tmp.``; the primary key serves the
-    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default, which the primary key uses); ``None``
-    #: where the id type orders by bytes itself (MySQL's ``VARBINARY``).
+    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default,
+    #: which the primary key uses); ``None`` where the id type orders by bytes itself
+    #: (MySQL's ``VARBINARY``).
     byte_order_collation: str | None = None
     #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
     #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads

@@ -32,15 +32,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import rein_sessions_table, sessions_table
-from ..selection import PURGE_BATCH as _LIBRARY_PURGE_BATCH
-from ..selection import Selection, candidates, count
+from ..selection import PURGE_BATCH, Selection, candidates, count
 from .progress import progress
 from .words import counted
 
 #: The kinds of session a database holds.
 KINDS = ("zett", "rein")
-#: Sessions read per page while purging.
-PURGE_BATCH = _LIBRARY_PURGE_BATCH
 #: Longest message text ``show`` prints before cutting it.
 SHOWN_CHARACTERS = 500
 #: Ids of each kind a dry run of ``purge`` lists (it counts them all).
