@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from rein import Message, Session
-from sqlalchemy import Table, update
+from sqlalchemy import Column, MetaData, String, Table, select, text, update
 from sqlalchemy.engine import URL, Connection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
@@ -19,7 +19,7 @@ from chatledger.dialects import rules
 from chatledger.migrate import run_on_connection
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
-from chatledger.selection import Selection, prefix_upper_bound
+from chatledger.selection import Selection, id_prefix, prefix_upper_bound
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
@@ -109,8 +109,8 @@ async def test_a_conditional_delete_keeps_every_tombstone_promise(
     storage: LedgerSessionStorage, base: str
 ) -> None:
     session_id = f"{base}s"
-    for text in ("one", "two"):
-        await storage.append(session_id, "r", UserMessage(content=text))
+    for content in ("one", "two"):
+        await storage.append(session_id, "r", UserMessage(content=content))
     await storage.snapshot(session_id, CompactedMessage(content="sum"), 2, 0)
     fields_version = await storage.get_fields_version(session_id)
     cutoff = datetime.now(UTC) - timedelta(hours=1)
@@ -220,3 +220,34 @@ def test_a_selection_without_a_cutoff_or_prefix_selects_for_a_single_delete_only
     assert Selection().where(sessions_table, rules("sqlite")) == []
     with pytest.raises(ValueError, match="say what to purge"):
         Selection.of()
+
+
+async def test_a_prefix_is_byte_exact_under_a_language_collation_too(
+    storage: LedgerSessionStorage, backend: str, base: str
+) -> None:
+    """The range is compared in byte order whatever the id column's collation: under
+    English with punctuation ignored (ICU's ``ka-shifted``, as glibc's ``en_US``),
+    ``tmp-z`` sorts after ``tmp.``, so a range in the column's order would miss it."""
+    if backend != "postgresql":
+        pytest.skip(
+            "a PostgreSQL column may carry a language's collation; the other backends' ids are binary"
+        )
+    collation = f"shifted_{uuid.uuid4().hex[:8]}"
+    table = Table(
+        f"prefix_{uuid.uuid4().hex[:8]}", MetaData(), Column("id", String(255, collation=collation))
+    )
+    names = ["tmp-", "tmp-a", "tmp-z", "TMP-keep", "Tmp-x", "tmp.", "tmp"]
+    async with storage.ledger.engine.begin() as conn:
+        if not await conn.scalar(text("SELECT count(*) FROM pg_collation WHERE collprovider = 'i'")):
+            pytest.skip("this PostgreSQL has no ICU collations")
+        await conn.execute(
+            text(f"CREATE COLLATION {collation} (provider = icu, locale = 'en-US-u-ka-shifted')")
+        )
+        await conn.run_sync(table.create)
+        await conn.execute(table.insert(), [{"id": name} for name in names])
+        matched = await conn.scalars(
+            select(table.c.id).where(id_prefix(table.c.id, "tmp-", storage.ledger.rules))
+        )
+        assert set(matched) == {"tmp-", "tmp-a", "tmp-z"}
+        await conn.run_sync(table.drop)
+        await conn.execute(text(f"DROP COLLATION {collation}"))
