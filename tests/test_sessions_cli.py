@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rein.ir import Message, ToolCall
@@ -274,3 +278,124 @@ async def test_a_kind_whose_package_is_missing_is_mentioned_only_when_it_matters
     assert "rein-agent is not installed" not in capsys.readouterr().out  # a zett-only database
     assert await run(["sessions", "list", "--dsn", dsn, "--kind", "rein"]) == 0
     assert "rein-agent is not installed" in capsys.readouterr().out  # asked for rein alone
+
+
+async def test_purge_matches_the_prefix_literally_and_byte_for_byte(
+    filled: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17: ``--prefix tmp-`` deleted ``TMP-keep`` and ``Tmp-x`` too on SQLite."""
+    dsn, ids = filled
+    names = ["tmp-1", "TMP-keep", "Tmp-x", "tmp_2", "tmp%", "tmp-%"]
+    async with LedgerSessionStorage(dsn) as storage:
+        for name in names:
+            await storage.create_session(session_id=name)
+    async with LedgerSessionStore(dsn) as store:
+        for name in names:
+            await store.asave(name, Session(messages=[Message(role="user", content=name)]))
+
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp-", "--dry-run"]) == 0
+    listed = sorted(line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("  "))
+    assert listed == ["tmp-%", "tmp-%", "tmp-1", "tmp-1"]
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp-", "--yes"]) == 0
+    assert (
+        "deleted 2 zett sessions and 2 rein sessions whose id starts with 'tmp-'" in capsys.readouterr().out
+    )
+    assert await run(["sessions", "purge", "--dsn", dsn, "--prefix", "tmp%", "--yes"]) == 0
+    assert "deleted 1 zett session and 1 rein session" in capsys.readouterr().out
+
+    async with LedgerSessionStorage(dsn) as storage:
+        left = {summary.session_id for summary in await storage.list_sessions()}
+        assert left == {*ids, "TMP-keep", "Tmp-x", "tmp_2"}
+    async with LedgerSessionStore(dsn) as store:
+        assert {info.id for info in await store.alist_sessions()} == {
+            "rein-one",
+            "rein-two",
+            "TMP-keep",
+            "Tmp-x",
+            "tmp_2",
+        }
+
+
+def in_thread(work: Callable[[], Coroutine[Any, Any, object]]) -> None:
+    """Runs ``work()`` to its end on an event loop of its own in another thread: a
+    write by another process, made while the purge waits."""
+    failure: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(work())
+        except BaseException as error:  # reported below
+            failure.append(error)
+
+    thread = threading.Thread(target=main)
+    thread.start()
+    thread.join()
+    assert not failure, failure
+
+
+async def test_purge_keeps_sessions_written_to_after_their_batch_was_read(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17: purge read a batch of idle ids, then deleted each by id, so a session
+    written to in between was deleted with its new message. Here the write comes when
+    the progress bar advances after the first deletion of each kind."""
+    dsn, _ = filled
+    zett_ids = [f"race-{name}" for name in "abc"]
+    rein_ids = [f"rein-race-{name}" for name in "abc"]
+    async with LedgerSessionStorage(dsn) as storage:
+        for session_id in zett_ids:
+            await storage.append(session_id, "r", UserMessage(content="old"))
+    async with LedgerSessionStore(dsn) as store:
+        for session_id in rein_ids:
+            await store.asave(session_id, Session(messages=[Message(role="user", content="old")]))
+    for table, ids in ((sessions_table, zett_ids), (rein_sessions_table, rein_ids)):
+        for days, session_id in zip((42, 41, 40), ids, strict=True):  # activity order: a, b, c
+            await run_on_connection(resolve_dsn(dsn), idle(table, [session_id], days))
+
+    async def append() -> None:
+        async with LedgerSessionStorage(dsn) as writer:
+            await writer.append(zett_ids[1], "r", UserMessage(content="new"))
+
+    async def save() -> None:
+        async with LedgerSessionStore(dsn) as writer:
+            await writer.asave(rein_ids[1], Session(messages=[Message(role="user", content="new")]))
+
+    real = sessions_module.progress
+
+    @contextmanager
+    def writing_progress(console: Any) -> Iterator[Any]:
+        with real(console) as bars:
+            writes: dict[Any, Callable[[], Coroutine[Any, Any, object]]] = {}
+            add_task = bars.add_task
+
+            def add(description: str, **options: Any) -> Any:
+                task = add_task(description, **options)
+                writes[task] = append if description.startswith("zett") else save
+                return task
+
+            def advance(task: Any, *args: Any) -> None:
+                write = writes.pop(task, None)
+                if write is not None:  # the first advance of the kind: after its first delete
+                    in_thread(write)
+                bars.__class__.advance(bars, task, *args)
+
+            monkeypatch.setattr(bars, "add_task", add)
+            monkeypatch.setattr(bars, "advance", advance)
+            yield bars
+
+    monkeypatch.setattr(sessions_module, "progress", writing_progress)
+    assert await run(["sessions", "purge", "--dsn", dsn, "--older-than", "30d", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 2 zett sessions and 2 rein sessions" in out
+    assert "kept 2 sessions written to (or deleted) meanwhile" in out
+
+    async with LedgerSessionStorage(dsn) as storage:
+        view = await storage.load(zett_ids[1])
+        assert [record.message.content for record in view.raw_tail] == ["old", "new"]
+        assert (
+            await storage.get_session(zett_ids[0]) is None and await storage.get_session(zett_ids[2]) is None
+        )
+    async with LedgerSessionStore(dsn) as store:
+        kept = await store.aload_versioned(rein_ids[1])
+        assert kept is not None and kept.session.messages[0].content == "new"
+        assert not await store.acontains(rein_ids[0]) and not await store.acontains(rein_ids[2])

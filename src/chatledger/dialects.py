@@ -7,7 +7,8 @@ and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and inser
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
 or column missing from the schema), the isolation of a snapshot-consistent read, the
-greater of two instants (``updated_at`` never moves back), the schema lock of
+greater of two instants (``updated_at`` never moves back), the byte order of ids
+and whether ``LIKE`` is exact (an id prefix's match), the schema lock of
 migrations (online, and in the scripts of ``--sql``), the table locks of a downgrade
 that drops tables, and the set-up of every new connection (lock timeouts; SQLite's
 pragmas, explicit transactions and the clean-up of a cancelled statement; Galera's
@@ -501,6 +502,19 @@ class DialectRules:
     check_foreign: ForeignCheck = _no_check
     #: The start of every ledger transaction on an engine the caller owns.
     foreign_begin: ForeignBegin = _refuse_autocommit
+    #: The collation under which ``<`` and ``>=`` order ids by their bytes (UTF-8: by
+    #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
+    #: PostgreSQL's ``C`` (a database's default may be a language's, under which
+    #: ``TMP-keep`` sorts between ``tmp-`` and ``tmp.``; the primary key serves the
+    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default,
+    #: which the primary key uses); ``None`` where the id type orders by bytes itself
+    #: (MySQL's ``VARBINARY``).
+    byte_order_collation: str | None = None
+    #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
+    #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads
+    #: spaces). SQLite's ``LIKE`` folds ASCII case: there a prefix is checked with
+    #: ``substr`` and ``=`` (:func:`chatledger.selection.id_prefix`).
+    literal_like: bool = True
 
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
         """The later of a stored instant and ``now``, computed in the statement: what an
@@ -720,6 +734,7 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({"54000"}),
         schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
         missing_table_codes=frozenset({"42P01"}),  # undefined_table
+        byte_order_collation="C",
     ),
     "mysql": DialectRules(
         append_message=_append_mysql,
@@ -783,6 +798,8 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({18}),
         # SQLITE_ERROR's messages for a missing column (in a read, in an INSERT) or table
         schema_messages=("no such column", "has no column named", "no such table"),
+        byte_order_collation="BINARY",
+        literal_like=False,
     ),
 }
 

@@ -20,7 +20,7 @@ import asyncio
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, NamedTuple
 
@@ -36,6 +36,7 @@ from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
 from ..schema import rein_sessions_table as _rein
+from ..selection import PURGE_BATCH, Progress, Selection, purge
 from .bridge import Portal
 
 __all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
@@ -148,15 +149,18 @@ async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
     return await ledger.read(work)
 
 
-async def _delete(ledger: Ledger, id: str) -> bool:
+async def _delete(ledger: Ledger, id: str, selection: Selection) -> bool:
+    """The one delete: tombstones the session if it is live and still in ``selection``
+    (decided by the ``UPDATE``'s WHERE, in the deleting transaction)."""
     latest = ledger.rules.latest
+    selected = selection.where(_rein, ledger.rules)
 
     async def work(conn: AsyncConnection) -> bool:
         # A tombstone, not a missing row: the id's versions go on counting after it, so
         # a version read before the delete never matches a later session under the id.
         tombstoned = await conn.execute(
             update(_rein)
-            .where(_rein.c.id == id, _live)
+            .where(_rein.c.id == id, _live, *selected)
             .values(
                 version=_rein.c.version + 1,
                 session_json=None,
@@ -167,6 +171,13 @@ async def _delete(ledger: Ledger, id: str) -> bool:
         return bool(tombstoned.rowcount)
 
     return await ledger.write(work)
+
+
+async def _purge(ledger: Ledger, selection: Selection, size: int, progress: Progress | None) -> int:
+    async def delete_one(id: str) -> bool:
+        return await _delete(ledger, id, selection)
+
+    return await purge(ledger, _rein, _live, selection, delete_one, size=size, progress=progress)
 
 
 async def _contains(ledger: Ledger, id: str) -> bool:
@@ -201,8 +212,8 @@ class LedgerSessionStore:
     ``isinstance(store, rein.SessionStore)`` holds) and, like rein's
     ``MemorySessionStore``, has ``delete(id)`` and ``id in store``. Extras:
     versioned saves for sharing one session between processes
-    (``save(..., expected_version=n)``, :meth:`load_versioned`) and
-    :meth:`list_sessions`.
+    (``save(..., expected_version=n)``, :meth:`load_versioned`),
+    :meth:`list_sessions`, and :meth:`purge` (and ``delete(id, idle_before=...)``).
 
     Args:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
@@ -226,7 +237,7 @@ class LedgerSessionStore:
     at once, and from code already inside a running event loop -- which a
     blocking call then holds up for one database round trip. Async applications
     use the twins ``asave``, ``aload``, ``aload_versioned``, ``adelete``,
-    ``acontains``, ``alist_sessions`` and ``aclose``: they hand the same work to
+    ``acontains``, ``alist_sessions``, ``apurge`` and ``aclose``: they hand the same work to
     the store's loop and await it (``BlockingPortal.call_async``), so the
     caller's loop keeps running. (A pool cannot serve two loops -- asyncpg and
     aiomysql connections belong to the loop that opened them -- so the async twins
@@ -307,15 +318,65 @@ class LedgerSessionStore:
 
     # -- like rein's MemorySessionStore ------------------------------------------------
 
-    def delete(self, id: str) -> bool:
+    def delete(self, id: str, *, idle_before: datetime | None = None) -> bool:
         """Delete the session stored under ``id``; a missing one is not an error.
 
         The row stays as a tombstone (no session JSON, the version bumped), so that the
         id's versions go on counting: see :meth:`save`. Returns whether a session was
-        deleted. Raises ``ValueError`` / ``TypeError``
-        for a bad ``id`` (see :meth:`save`).
+        deleted.
+
+        With ``idle_before`` (a timezone-aware instant) it is a conditional delete: only
+        a session last saved (``updated_at``) before that instant is deleted, as the
+        deleting transaction's ``UPDATE`` finds it; a save committed before it keeps
+        the session (``False``). Instants are the writers' clocks (``updated_at``
+        never moves back).
+
+        Raises:
+            ValueError: a bad ``id`` (see :meth:`save`); a naive ``idle_before`` or one
+                outside the instants every backend stores.
+            TypeError: ``id`` is not a ``str``, ``idle_before`` not a ``datetime``.
         """
-        return self._runner.call(_delete, self.ledger, _id(id))
+        return self._runner.call(_delete, self.ledger, *self._prepare_delete(id, idle_before))
+
+    def purge(
+        self,
+        *,
+        older_than: timedelta | None = None,
+        idle_before: datetime | None = None,
+        prefix: str | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete the sessions last saved before a cutoff and/or whose id starts with
+        ``prefix``; returns how many it deleted.
+
+        It reads the candidates a page (``batch_size`` ids) at a time, then deletes
+        each as :meth:`delete` does, in a transaction of its own whose ``UPDATE``
+        checks the whole selection again: a session saved after its page was read is
+        kept, with that save. Every purged id keeps its tombstone. ``prefix`` is
+        matched literally (``%``, ``_`` and ``\\`` are characters) and byte for byte
+        (case and trailing spaces count) on every backend
+        (:func:`chatledger.selection.id_prefix`).
+
+        Args:
+            older_than: last saved longer ago than this; the cutoff is
+                ``utc_now() - older_than``, taken once when the call starts.
+            idle_before: instead, the cutoff itself (timezone-aware).
+            prefix: the ids start with this (1-255 characters, not blank).
+            batch_size: candidates read per page (at least 1).
+            progress: called after each candidate with its id and whether it was
+                deleted, on the store's loop thread; an awaitable it returns is awaited
+                there.
+
+        Raises:
+            ValueError: neither a cutoff nor ``prefix``, both ``older_than`` and
+                ``idle_before``, or a bad value (see
+                :meth:`chatledger.selection.Selection.of`); nothing is deleted then.
+            TypeError: an argument of the wrong type.
+        """
+        return self._runner.call(
+            _purge, self.ledger, *self._prepare_purge(older_than, idle_before, prefix, batch_size), progress
+        )
 
     def __contains__(self, id: object) -> bool:
         """``id in store``: whether a session is stored under ``id``.
@@ -362,9 +423,22 @@ class LedgerSessionStore:
         """:meth:`load_versioned` for async code."""
         return await self._runner.acall(_load, self.ledger, _id(id))
 
-    async def adelete(self, id: str) -> bool:
+    async def adelete(self, id: str, *, idle_before: datetime | None = None) -> bool:
         """:meth:`delete` for async code."""
-        return await self._runner.acall(_delete, self.ledger, _id(id))
+        return await self._runner.acall(_delete, self.ledger, *self._prepare_delete(id, idle_before))
+
+    async def apurge(
+        self,
+        *,
+        older_than: timedelta | None = None,
+        idle_before: datetime | None = None,
+        prefix: str | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """:meth:`purge` for async code (``progress`` runs on the store's loop thread)."""
+        prepared = self._prepare_purge(older_than, idle_before, prefix, batch_size)
+        return await self._runner.acall(_purge, self.ledger, *prepared, progress)
 
     async def acontains(self, id: str) -> bool:
         """``id in store`` for async code."""
@@ -421,6 +495,18 @@ class LedgerSessionStore:
         except ValueError as error:  # pydantic's PydanticSerializationError
             raise ValueError(f"session cannot be serialized to JSON: {error}") from None
         return id, validate.text(session_json, "session"), expected
+
+    @staticmethod
+    def _prepare_delete(id: str, idle_before: datetime | None) -> tuple[str, Selection]:
+        return _id(id), Selection(idle_before=validate.optional_aware(idle_before, "idle_before"))
+
+    @staticmethod
+    def _prepare_purge(
+        older_than: timedelta | None, idle_before: datetime | None, prefix: str | None, batch_size: int
+    ) -> tuple[Selection, int]:
+        """Validated in the caller's thread, before anything is submitted."""
+        selection = Selection.of(idle_before=idle_before, older_than=older_than, prefix=prefix)
+        return selection, validate.integer(batch_size, "batch_size", minimum=1)
 
 
 def _id(value: object) -> str:

@@ -1,11 +1,11 @@
 """``chatledger sessions``: list, show, delete and purge stored sessions, zett's and rein's.
 
 Everything goes through the stores' public methods (``list_sessions``,
-``get_session``, ``load``, ``delete_session``; rein's ``alist_sessions``,
-``aload_versioned``, ``adelete``), so a deletion here is exactly the stores' own.
-Only the choice of what ``purge`` deletes (sessions last active before a time, or
-whose id starts with a prefix) reads the tables directly, through the activity
-index, in batches.
+``get_session``, ``load``, ``delete_session``, ``purge_sessions``; rein's
+``alist_sessions``, ``aload_versioned``, ``adelete``, ``apurge``), so a deletion here
+is exactly the stores' own. Only the dry run and the count that ``purge`` asks with
+read the tables directly, through :mod:`chatledger.selection`, which decides what the
+stores' purge deletes too.
 
 The inspecting commands never migrate: a database behind this chatledger's schema
 is refused with the command that upgrades it (``SchemaNotReady``), and a SQLite
@@ -25,20 +25,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import rein_sessions_table, sessions_table
+from ..selection import PURGE_BATCH, Selection, candidates, count
 from .progress import progress
 from .words import counted
 
 #: The kinds of session a database holds.
 KINDS = ("zett", "rein")
-#: Sessions read per batch while purging.
-PURGE_BATCH = 500
 #: Longest message text ``show`` prints before cutting it.
 SHOWN_CHARACTERS = 500
 #: Ids of each kind a dry run of ``purge`` lists (it counts them all).
@@ -385,30 +384,13 @@ async def delete(
 # -- purge ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Selection:
-    """Which sessions ``purge`` deletes: last active before ``before``, and/or whose id
-    starts with ``prefix``."""
-
-    before: datetime | None
-    prefix: str | None
-
-    def describe(self) -> str:
-        parts = []
-        if self.before is not None:
-            parts.append(f"last active before {_when(self.before)} UTC")
-        if self.prefix is not None:
-            parts.append(f"whose id starts with {self.prefix!r}")
-        return " and ".join(parts)
-
-
-def _conditions(table: Any, selection: Selection, *, live: Any) -> list[Any]:
-    conditions = [live]
-    if selection.before is not None:
-        conditions.append(table.c.updated_at < selection.before)
+def _describe(selection: Selection) -> str:
+    parts = []
+    if selection.idle_before is not None:
+        parts.append(f"last active before {_when(selection.idle_before)} UTC")
     if selection.prefix is not None:
-        conditions.append(table.c.id.startswith(selection.prefix, autoescape=True))
-    return conditions
+        parts.append(f"whose id starts with {selection.prefix!r}")
+    return " and ".join(parts)
 
 
 def _live(kind: str) -> Any:
@@ -419,45 +401,8 @@ def _live(kind: str) -> Any:
     return sessions_table.c.deleted_at.is_(None)
 
 
-async def _count_selected(ledger: Ledger, kind: str, selection: Selection) -> int:
-    table = rein_sessions_table if kind == "rein" else sessions_table
-    statement = (
-        select(func.count()).select_from(table).where(*_conditions(table, selection, live=_live(kind)))
-    )
-
-    async def work(conn: AsyncConnection) -> int:
-        return int(await conn.scalar(statement) or 0)
-
-    return await ledger.read(work)
-
-
-async def _batches(
-    ledger: Ledger, kind: str, selection: Selection, size: int | None = None
-) -> AsyncIterator[list[Any]]:
-    """The selected sessions in activity order, a batch (of ``size``, default
-    :data:`PURGE_BATCH`) at a time; keyset paging on the activity index, so a deletion
-    cannot make a batch repeat or skip one."""
-    table = rein_sessions_table if kind == "rein" else sessions_table
-    conditions = _conditions(table, selection, live=_live(kind))
-    after: tuple[datetime, str] | None = None
-    while True:
-        statement = select(table.c.id, table.c.updated_at).where(*conditions)
-        if after is not None:
-            statement = statement.where(
-                or_(
-                    table.c.updated_at > after[0], and_(table.c.updated_at == after[0], table.c.id > after[1])
-                )
-            )
-        statement = statement.order_by(table.c.updated_at, table.c.id).limit(size or PURGE_BATCH)
-
-        async def work(conn: AsyncConnection, statement: Any = statement) -> list[Any]:
-            return list(await conn.execute(statement))
-
-        rows = await ledger.read(work)
-        if not rows:
-            return
-        yield rows
-        after = (rows[-1].updated_at, rows[-1].id)
+def _table(kind: str) -> Any:
+    return rein_sessions_table if kind == "rein" else sessions_table
 
 
 async def purge(
@@ -470,9 +415,15 @@ async def purge(
     yes: bool,
     kinds: Sequence[str] = KINDS,
 ) -> int:
-    """Delete the selected sessions of each kind, in batches, with a progress bar, after
-    asking (unless ``yes``); a dry run lists the first :data:`SHOWN_IDS` ids of each
-    kind it would delete, and counts them all.
+    """Delete the selected sessions of each kind, with a progress bar, after asking
+    (unless ``yes``); a dry run lists the first :data:`SHOWN_IDS` ids of each kind it
+    would delete, and counts them all.
+
+    The deleting is the stores' own purge (``LedgerSessionStorage.purge_sessions``,
+    ``LedgerSessionStore.apurge``), with the cutoff taken once, here: each session is
+    deleted only if its deleting transaction still finds it selected, so one written
+    to after it was counted or paged is kept (and said so). The prefix is matched
+    literally and byte for byte (:func:`chatledger.selection.id_prefix`).
 
     Each purged id keeps its tombstone, as a deleted session's does: a zett append to
     it raises ``SessionDeleted``, ``create_session(session_id=...)`` starts it anew.
@@ -480,11 +431,12 @@ async def purge(
     Returns the exit status: 0 deleted (or nothing selected, or a dry run), 1 not confirmed.
 
     Raises:
-        ValueError: neither ``older_than`` nor ``prefix`` says what to purge.
+        ValueError: neither ``older_than`` nor ``prefix`` says what to purge, or one
+            of them is invalid (see :meth:`chatledger.selection.Selection.of`).
     """
     if older_than is None and not prefix:
         raise ValueError("say what to purge: --older-than DURATION and/or --prefix PREFIX")
-    selection = Selection(datetime.now(UTC) - older_than if older_than is not None else None, prefix or None)
+    selection = Selection.of(older_than=older_than, prefix=prefix or None)
     # The selection reads through a ledger of its own: the rein store's runs on its
     # private loop thread, and a pool serves one event loop only.
     selector = Ledger(_existing(dsn), auto_upgrade=False)
@@ -502,12 +454,12 @@ def _how_many(counts: dict[str, int], kinds: Sequence[str]) -> str:
 async def _list_selected(
     selector: Ledger, console: Console, selection: Selection, counts: dict[str, int], kinds: Sequence[str]
 ) -> None:
-    """The dry run's listing: the first :data:`SHOWN_IDS` ids of each kind, oldest
-    activity first, then how many more."""
+    """The dry run's listing: the first :data:`SHOWN_IDS` ids of each kind (oldest
+    activity first with a cutoff, else in id order), then how many more."""
     for kind in kinds:
-        async for batch in _batches(selector, kind, selection, SHOWN_IDS):
-            for row in batch:
-                _say(console, f"  {kind}  {row.id}")
+        async for page in candidates(selector, _table(kind), _live(kind), selection, SHOWN_IDS):
+            for session_id in page:
+                _say(console, f"  {kind}  {session_id}")
             break
         more = counts[kind] - min(counts[kind], SHOWN_IDS)
         if more:
@@ -528,30 +480,44 @@ async def _purge(
         for note in stores.notes:
             _say(console, note)
         present = stores.kinds(kinds)
-        counts = {kind: await _count_selected(selector, kind, selection) for kind in present}
+        counts = {kind: await count(selector, _table(kind), _live(kind), selection) for kind in present}
         what = _how_many(counts, present)
+        described = _describe(selection)
         if dry_run:
             listing = ":" if any(counts.values()) else ""
-            _say(console, f"would delete {what} {selection.describe()} (dry run: nothing deleted){listing}")
+            _say(console, f"would delete {what} {described} (dry run: nothing deleted){listing}")
             await _list_selected(selector, console, selection, counts, present)
             return 0
         if not any(counts.values()):
-            _say(console, f"no sessions {selection.describe()}")
+            _say(console, f"no sessions {described}")
             return 0
-        if not yes and not confirm(console, f"delete {what} {selection.describe()}, with all their history?"):
+        if not yes and not confirm(console, f"delete {what} {described}, with all their history?"):
             _say(console, "nothing deleted")
             return 1
         deleted = dict.fromkeys(present, 0)
+        kept: list[str] = []
         with progress(console) as bars:
             for kind in present:
                 task = bars.add_task(f"{kind} sessions", total=counts[kind])
-                async for batch in _batches(selector, kind, selection):
-                    for row in batch:
-                        if kind == "zett":
-                            done = await stores.zett.delete_session(row.id)
-                        else:
-                            done = await stores.rein.adelete(row.id)
-                        deleted[kind] += int(bool(done))
-                        bars.advance(task)
-        _say(console, f"deleted {_how_many(deleted, present)} {selection.describe()}")
+
+                # On the rein store's loop thread for rein: rich's bars take a lock.
+                def advance(session_id: str, done: bool, task: Any = task) -> None:
+                    bars.advance(task)
+                    if not done:
+                        kept.append(session_id)
+
+                options: dict[str, Any] = {
+                    "idle_before": selection.idle_before,
+                    "prefix": selection.prefix,
+                    "batch_size": PURGE_BATCH,
+                    "progress": advance,
+                }
+                if kind == "zett":
+                    deleted[kind] = await stores.zett.purge_sessions(**options)
+                else:
+                    deleted[kind] = await stores.rein.apurge(**options)
+        said = f"deleted {_how_many(deleted, present)} {described}"
+        if kept:
+            said += f"; kept {counted(len(kept), 'session')} written to (or deleted) meanwhile"
+        _say(console, said)
         return 0

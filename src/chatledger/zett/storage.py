@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from types import SimpleNamespace, TracebackType
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..errors import SessionDeleted, SnapshotConflict, VersionConflict
 from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
 from ..schema import snapshots_table as _snapshots
+from ..selection import PURGE_BATCH, Progress, Selection, purge
 from . import codec
 from .cache import CachedTail, TailCache
 
@@ -92,7 +94,8 @@ class LedgerSessionStorage:
     ``append``, ``snapshot``) and mirrors the extras of zett's own
     ``SQLSessionStorage`` (``create_session``, ``get_session``, ``update_session``,
     ``delete_session``, ``list_sessions``, ``list_raw_messages``,
-    ``count_messages``), with the same argument names and validation.
+    ``count_messages``), with the same argument names and validation, and adds
+    :meth:`purge_sessions` (and ``delete_session(..., idle_before=...)``).
 
     Args:
         dsn: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``;
@@ -641,7 +644,7 @@ class LedgerSessionStorage:
 
         return await self.ledger.read(work)
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, *, idle_before: datetime | None = None) -> bool:
         """Delete a session: its raw log, checkpoints, title, agent name and parent.
 
         The id keeps a tombstone (its counter row, with ``deleted_at`` set) that
@@ -650,10 +653,76 @@ class LedgerSessionStorage:
         :class:`chatledger.SessionDeleted`, and so does a checkpoint.
         ``create_session(session_id=...)`` starts the id anew. One transaction.
 
-        Returns whether a session existed (a deleted one does not).
+        With ``idle_before`` (a timezone-aware instant) it is a conditional delete:
+        only a session last active (``updated_at``: its last append or field change)
+        before that instant is deleted. The deleting transaction decides, in the
+        tombstone ``UPDATE``'s WHERE, which takes the counter row's lock first: an
+        append committed before it moved ``updated_at`` past the cutoff and the
+        session stays; one that waits behind it finds the tombstone. Instants are the
+        writers' clocks (``updated_at`` never moves back).
+
+        Returns whether a session was deleted (``False``: none under the id, deleted
+        already, or active since ``idle_before``).
+
+        Raises:
+            ValueError: an invalid ``session_id``; a naive ``idle_before`` or one
+                outside the instants every backend stores.
+            WrongType: ``idle_before`` is not a ``datetime``.
         """
         session_id = validate.identifier(session_id, "session_id")
+        selection = Selection(idle_before=validate.optional_aware(idle_before, "idle_before"))
+        return await self._delete(session_id, selection)
+
+    async def purge_sessions(
+        self,
+        *,
+        older_than: timedelta | None = None,
+        idle_before: datetime | None = None,
+        prefix: str | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete the sessions last active before a cutoff and/or whose id starts with
+        ``prefix``; returns how many it deleted.
+
+        It reads the candidates a page (``batch_size`` ids) at a time, then deletes
+        each as :meth:`delete_session` does, in a transaction of its own whose
+        tombstone ``UPDATE`` checks the whole selection again: a session written to
+        after its page was read is kept, with what was written. Every purged id keeps
+        its tombstone. ``prefix`` is matched literally (``%``, ``_`` and ``\\`` are
+        characters) and byte for byte (case and trailing spaces count) on every
+        backend (:func:`chatledger.selection.id_prefix`).
+
+        Args:
+            older_than: last active longer ago than this; the cutoff is
+                ``utc_now() - older_than``, taken once when the call starts.
+            idle_before: instead, the cutoff itself (timezone-aware).
+            prefix: the ids start with this (1-255 characters, not blank).
+            batch_size: candidates read per page (at least 1).
+            progress: called after each candidate with its id and whether it was
+                deleted; an awaitable it returns is awaited.
+
+        Raises:
+            ValueError: neither a cutoff nor ``prefix``, both ``older_than`` and
+                ``idle_before``, or a bad value (see
+                :meth:`chatledger.selection.Selection.of`); nothing is deleted then.
+            WrongType: an argument of the wrong type.
+            StorageUnavailable, ConfigurationError, SchemaNotReady: as every call
+                (:meth:`chatledger.engine.Ledger.write`); the sessions deleted until
+                then stay deleted.
+        """
+        selection = Selection.of(idle_before=idle_before, older_than=older_than, prefix=prefix)
+        size = validate.integer(batch_size, "batch_size", minimum=1)
+
+        async def delete_one(session_id: str) -> bool:
+            return await self._delete(session_id, selection)
+
+        return await purge(self.ledger, _sessions, _live, selection, delete_one, size=size, progress=progress)
+
+    async def _delete(self, session_id: str, selection: Selection) -> bool:
+        """The one delete: tombstones the session if it is live and still in ``selection``."""
         latest = self.ledger.rules.latest
+        selected = selection.where(_sessions, self.ledger.rules)
 
         async def work(conn: AsyncConnection) -> bool:
             now = clock.utc_now()
@@ -661,7 +730,7 @@ class LedgerSessionStorage:
             # the tombstone.
             tombstoned = await conn.execute(
                 update(_sessions)
-                .where(_sessions.c.id == session_id, _live)
+                .where(_sessions.c.id == session_id, _live, *selected)
                 .values(
                     deleted_at=now,
                     base_sequence=_sessions.c.last_sequence,
