@@ -12,7 +12,10 @@ What is compared, for chatledger's own tables only (an application's tables, its
 * by Alembic's autogenerate comparison (``produce_migrations`` with
   :func:`chatledger.versioning.context_options`, ``compare_type`` on, against
   :data:`chatledger.schema.metadata`): tables, columns, types, nullability, indexes
-  and unique constraints;
+  and unique constraints. An index on chatledger's tables that it does not have is
+  drift only when unique (it can refuse chatledger's writes): a plain one of the
+  operator's or an application's (zett-agent's store creates its own on open) is
+  left alone;
 * here, what autogenerate does not detect (Alembic's documentation, "What does
   Autogenerate Detect (and what does it not detect?)"): named CHECK constraints, the
   primary key's columns, and on MySQL/MariaDB each text column's and each table's
@@ -92,7 +95,9 @@ def find_drift(connection: Connection) -> list[Drift]:
     found: dict[str, list[alembic_ops.MigrateOperation]] = {}
     described: dict[str, list[str]] = {}
     for operation in produce_migrations(context, metadata).upgrade_ops_list[0].ops:
-        found.setdefault(_table_of(operation), []).extend(_flatten(operation))
+        kept = [leaf for leaf in _flatten(operation) if not _own_index(leaf)]
+        if kept:
+            found.setdefault(_table_of(operation), []).extend(kept)
     for name, operations in found.items():
         described[name] = [
             line for operation in operations for line in _describe(operation, connection.dialect)
@@ -177,6 +182,14 @@ def _flatten(operation: alembic_ops.MigrateOperation) -> list[alembic_ops.Migrat
     return [operation]
 
 
+def _own_index(operation: alembic_ops.MigrateOperation) -> bool:
+    """Whether ``operation`` drops a non-unique index chatledger does not have: an index
+    of the operator's or an application's own (zett-agent's store creates its indexes
+    on open), which changes no result and refuses no write. A unique one can refuse
+    chatledger's writes: that one is drift."""
+    return isinstance(operation, alembic_ops.DropIndexOp) and not operation.kw.get("unique")
+
+
 def _columns(names: Sequence[Any]) -> str:
     return ", ".join(str(getattr(name, "name", name)) for name in names)
 
@@ -202,7 +215,7 @@ def _describe(operation: alembic_ops.MigrateOperation, dialect: Dialect) -> list
         unique = "unique index" if index.unique else "index"
         return [f"{unique} {index.name} ({_columns(list(index.expressions))}) is missing"]
     if isinstance(operation, alembic_ops.DropIndexOp):
-        return [f"index {operation.index_name} is not chatledger's"]
+        return [f"unique index {operation.index_name} is not chatledger's (it can refuse its writes)"]
     if isinstance(operation, alembic_ops.AddColumnOp):
         return [f"column {operation.column.name} is missing"]
     if isinstance(operation, alembic_ops.DropColumnOp):
