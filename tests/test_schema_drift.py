@@ -206,6 +206,16 @@ DAMAGES = [
         },
     ),
     Damage(
+        "table converted to another collation",
+        "raw_messages",
+        "the table's default collation is utf8mb4_general_ci, chatledger's is utf8mb4_bin",
+        {
+            "mysql": statements(
+                "ALTER TABLE raw_messages CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+            )
+        },
+    ),
+    Damage(
         "table collation changed",
         "session_snapshots",
         "the table's default collation is utf8mb4_general_ci, chatledger's is utf8mb4_bin",

@@ -112,19 +112,34 @@ def find_drift(connection: Connection) -> list[Drift]:
             for operation in found.get(name, [])
             if isinstance(operation, alembic_ops.AlterColumnOp) and operation.modify_type is not None
         }
-        for line, operation in [
+        # The table's default collation first: a column retyped without a collation of
+        # its own (MODIFY) takes the table's.
+        first = _table_collation_drift(connection, table)
+        then = [
             *_check_drift(inspector, table),
             *_primary_key_drift(inspector, table),
             *_collation_drift(connection, table, retyped),
-        ]:
-            found.setdefault(name, []).append(operation)
-            described.setdefault(name, []).append(line)
+        ]
+        if first or then:
+            found[name] = [*(op for _, op in first), *found.get(name, []), *(op for _, op in then)]
+            described[name] = [
+                *(line for line, _ in first),
+                *described.get(name, []),
+                *(line for line, _ in then),
+            ]
     drifts = []
     for name in [*metadata.tables, *sorted(set(found) - set(metadata.tables))]:
         if name in found:
             fix = _render(connection, name, found[name], present)
             drifts.append(Drift(name, tuple(described[name]), fix))
     return drifts
+
+
+def describe_drift(drifts: Sequence[Drift]) -> str:
+    """The differences of ``drifts`` in one line: ``its schema differs from what the head
+    revision creates: TABLE: DIFFERENCE; ...`` (what ``chatledger check`` says)."""
+    listed = "; ".join(f"{drift.table}: {line}" for drift in drifts for line in drift.differences)
+    return f"its schema differs from what the head revision creates: {listed}"
 
 
 def fix_script(drifts: Sequence[Drift], dialect: str, *, lock_timeout: float = 300.0) -> str:
@@ -301,18 +316,13 @@ def _text_type(column: Column[Any], dialect: Dialect) -> String | None:
     return resolved if isinstance(resolved, String) else None
 
 
-def _collation_drift(connection: Connection, table: Table, retyped: set[str]) -> Found:
-    """MySQL/MariaDB: the table's default character set and collation, and each text
-    column's, against the schema's: the column type's own, else the table's
-    (``mysql_charset``, ``mysql_collate``); a binary or non-text column has none.
-    Columns whose type autogenerate already found changed (``retyped``) are left to
-    that fix."""
+def _table_collation_drift(connection: Connection, table: Table) -> Found:
+    """MySQL/MariaDB: the table's default character set and collation (``mysql_charset``,
+    ``mysql_collate``), which the columns without one of their own take."""
     if connection.dialect.name != "mysql":
         return []
     options = table.dialect_options["mysql"]
     charset, collation = options.get("charset"), options.get("collate")
-    name = _quote(connection, table.name)
-    drift: Found = []
     live_collation = connection.execute(
         text(
             "SELECT table_collation FROM information_schema.tables "
@@ -320,14 +330,28 @@ def _collation_drift(connection: Connection, table: Table, retyped: set[str]) ->
         ),
         {"name": table.name},
     ).scalar()
-    if collation and not _same(live_collation, collation):
-        statement = f"ALTER TABLE {name} DEFAULT CHARACTER SET {charset} COLLATE {collation}"
-        drift.append(
-            (
-                f"the table's default collation is {live_collation}, chatledger's is {collation}",
-                alembic_ops.ExecuteSQLOp(statement),
-            )
+    if not collation or _same(live_collation, collation):
+        return []
+    name = _quote(connection, table.name)
+    statement = f"ALTER TABLE {name} DEFAULT CHARACTER SET {charset} COLLATE {collation}"
+    return [
+        (
+            f"the table's default collation is {live_collation}, chatledger's is {collation}",
+            alembic_ops.ExecuteSQLOp(statement),
         )
+    ]
+
+
+def _collation_drift(connection: Connection, table: Table, retyped: set[str]) -> Found:
+    """MySQL/MariaDB: each text column's character set and collation against the
+    schema's: the column type's own, else the table's (``mysql_charset``,
+    ``mysql_collate``); a binary or non-text column has none. Columns whose type
+    autogenerate already found changed (``retyped``) are left to that fix."""
+    if connection.dialect.name != "mysql":
+        return []
+    options = table.dialect_options["mysql"]
+    charset, collation = options.get("charset"), options.get("collate")
+    drift: Found = []
     rows = connection.execute(
         text(
             "SELECT column_name, character_set_name, collation_name FROM information_schema.columns "

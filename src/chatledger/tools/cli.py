@@ -285,16 +285,14 @@ async def _check_drift(url: URL, status: int, message: str, console: Console) ->
     creates. Drift gets :data:`chatledger.drift.DRIFT_STATUS` (before a raw log past its
     counter: the schema is fixed first), its differences in the message, and the SQL
     that fixes it on standard output, a script for the database's own client."""
-    from ..drift import DRIFT_STATUS, fix_script
+    from ..drift import DRIFT_STATUS, describe_drift, fix_script
 
     found = await migrate.schema_drift(url)
     if not found:
         return status, message
-    differences = "; ".join(f"{drift.table}: {line}" for drift in found for line in drift.differences)
     message += (
-        f"{'; and' if status else ', but'} its schema differs from what the head revision creates: "
-        f"{differences}. The SQL that fixes it is on standard output; run it as the schema owner, "
-        "after a backup"
+        f"{'; and' if status else ', but'} {describe_drift(found)}. The SQL that fixes it is on "
+        "standard output; run it as the schema owner, after a backup"
     )
     console.file.write(fix_script(found, url.get_backend_name()))
     console.file.flush()
