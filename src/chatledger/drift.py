@@ -20,7 +20,9 @@ What is compared, for chatledger's own tables only (an application's tables, its
   Autogenerate Detect (and what does it not detect?)"): named CHECK constraints, the
   primary key's columns, and on MySQL/MariaDB each text column's and each table's
   character set and collation (Alembic compares a collation only when both sides name
-  one; chatledger's columns mostly take their table's).
+  one; chatledger's columns mostly take their table's). CHECK constraints by name are
+  compared here rather than by Alembic's opt-in ``checkconstraint_byname`` plugin,
+  which only Alembic 1.19 and later have (chatledger supports 1.13 on).
 
 Server defaults are not compared (autogenerate's ``compare_server_default`` is off, as
 in ``alembic check``): their rendering differs between servers and versions.
@@ -46,6 +48,7 @@ from alembic.operations import ops as alembic_ops
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import CheckConstraint, Column, MetaData, Table, inspect, text
 from sqlalchemy.engine import URL, Connection, Dialect
+from sqlalchemy.exc import CompileError
 from sqlalchemy.types import String, TypeEngine
 
 from . import __version__, dialects
@@ -217,7 +220,7 @@ def _type(type_: Any, dialect: Dialect) -> str:
     """A column type as the dialect writes it."""
     try:
         return str(type_.compile(dialect=dialect))
-    except Exception:  # a reflected type the dialect cannot render; its name then
+    except CompileError:  # a reflected type the dialect cannot render (NullType): its name
         return str(type_)
 
 
