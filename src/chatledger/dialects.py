@@ -585,10 +585,25 @@ def _mysql_session_setup(options: LedgerOptions) -> tuple[str, ...]:
     return (f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(options.lock_timeout))}",)
 
 
+#: Bytes SQLite's WAL file is cut back to when it is reset (``PRAGMA journal_size_limit``).
+#: A WAL only grows while a checkpoint cannot copy its frames into the database: a reader
+#: whose snapshot is older than them holds them ("checkpoint starvation"), and the
+#: file keeps that size, reused from its start, unless the limit is set (SQLite's
+#: documentation, "Write-Ahead Logging" and "PRAGMA journal_size_limit"). Twice the WAL
+#: of SQLite's default ``wal_autocheckpoint`` (1000 pages of 4 KiB), so that the file of
+#: a store in steady use is never cut; only one grown past it.
+SQLITE_WAL_LIMIT = 8 * 1024 * 1024
+
+
 def _sqlite_session_setup(options: LedgerOptions) -> tuple[str, ...]:
+    # journal_size_limit costs the append nothing: SQLite applies it in the commit that
+    # restarts the WAL from its start, once a checkpoint has copied every frame (the
+    # autocheckpoint, run by the first commit after the last old reader ended), and only
+    # on a connection that set it (it is per connection).
     return (
         f"PRAGMA busy_timeout = {max(1, round(options.lock_timeout * 1000))}",
         "PRAGMA journal_mode = WAL",
+        f"PRAGMA journal_size_limit = {SQLITE_WAL_LIMIT}",
         f"PRAGMA synchronous = {options.sqlite_synchronous}",
     )
 
@@ -993,8 +1008,8 @@ def configuration_refusals(url: URL, *, statements: bool = True) -> Iterator[Non
 
 def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     """Per-connection set-up from the dialect's rules: the set-up statements of every
-    new connection (SQLite's WAL, busy timeout and synchronous pragmas; MySQL's lock
-    wait timeout), and on SQLite explicit transactions.
+    new connection (SQLite's WAL, its size limit, busy timeout and synchronous pragmas;
+    MySQL's lock wait timeout), and on SQLite explicit transactions.
 
     SQLite: sqlite3's own transaction handling is switched off
     (``isolation_level = None``) and every transaction begins with an explicit

@@ -478,3 +478,10 @@ async def database_revision(dsn: str | URL | None = None) -> str | None:
 def run_alembic_from_command_line(url: URL, work: Callable[[Connection], None], lock_timeout: float) -> None:
     """``env.py`` under the ``alembic`` command: ``work`` under the schema lock, in one transaction."""
     asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
+
+
+# -- schema drift: chatledger.drift, re-exported ------------------------------------------
+# Whether chatledger's tables are what the head revision creates (``chatledger check``).
+
+from .drift import Drift as Drift  # noqa: E402
+from .drift import schema_drift as schema_drift  # noqa: E402

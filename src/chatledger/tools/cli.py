@@ -18,11 +18,13 @@ input), ``sessions show`` / ``delete`` found no such session, ``sessions delete`
 ``purge`` was not confirmed, ``downgrade`` would drop tables holding rows without
 ``--yes``; 3 ``check`` found it at a newer revision this chatledger cannot run on;
 4 ``check`` found sessions with raw messages past their counter row (written
-outside chatledger); 141 standard output was closed (``| head``), quietly; 2 a usage
-error (bad arguments or DSN, no such SQLite file, unreachable server, database not
-migrated, zett-agent's tables not adopted, unknown revision, a schema ``adopt`` does
-not recognise, a malformed export, schema lock not granted in time): one line on
-stderr, no traceback; 130 interrupted.
+outside chatledger); 5 ``check`` found the database at head but its tables differing
+from what the head revision creates (schema drift; the fix is printed on stdout); 141
+standard output was closed (``| head``), quietly; 2 a usage error (bad arguments or
+DSN, no such SQLite file, unreachable server, database not migrated, zett-agent's
+tables not adopted, unknown revision, a schema ``adopt`` does not recognise, a
+malformed export, schema lock not granted in time): one line on stderr, no traceback;
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -265,12 +267,36 @@ async def _check(args: argparse.Namespace, console: Console) -> int:
     if checked.past:
         status = CHECK_PAST_COUNTER
         message += f", but {integrity.describe_past_counter(checked.past, checked.more)}"
+    if migrate.standing(checked.state) is migrate.Standing.AT_HEAD:
+        status, message = await _check_drift(url, status, message, console)
     message = _concrete(message, args.dsn)
     if status:
         print(f"chatledger check: {message}", file=sys.stderr)
     else:
         _say(console, message)
     return status
+
+
+# -- check: schema drift (chatledger.drift) ---------------------------------------------
+
+
+async def _check_drift(url: URL, status: int, message: str, console: Console) -> tuple[int, str]:
+    """``check`` of a database at head: its tables against what the head revision
+    creates. Drift gets :data:`chatledger.drift.DRIFT_STATUS` (before a raw log past its
+    counter: the schema is fixed first), its differences in the message, and the SQL
+    that fixes it on standard output, a script for the database's own client."""
+    from ..drift import DRIFT_STATUS, describe_drift, fix_script
+
+    found = await migrate.schema_drift(url)
+    if not found:
+        return status, message
+    message += (
+        f"{'; and' if status else ', but'} {describe_drift(found)}. The SQL that fixes it is on "
+        "standard output; run it as the schema owner, after a backup"
+    )
+    console.file.write(fix_script(found, url.get_backend_name()))
+    console.file.flush()
+    return DRIFT_STATUS, message
 
 
 def _note_default(args: argparse.Namespace) -> None:
@@ -614,7 +640,9 @@ COMMANDS: tuple[Command, ...] = (
         "exit 0 if this chatledger can use the database (at its head, or at a newer revision "
         "compatible with it), 1 if the database is behind (upgrade it), 3 if it is too new "
         "(upgrade chatledger), 4 if sessions hold raw messages written outside chatledger past "
-        "their counter row (zett-agent's own store after adopt; appends to them fail)",
+        "their counter row (zett-agent's own store after adopt; appends to them fail), 5 if it is at "
+        "head but its tables differ from what the head revision creates (an index, constraint, column, "
+        "type or collation changed by hand; the SQL that fixes it goes to stdout)",
         add_dsn,
         _check,
     ),

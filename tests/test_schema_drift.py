@@ -1,0 +1,303 @@
+"""Schema drift: ``chatledger check`` and :func:`chatledger.migrate.schema_drift` find a
+database at the head revision whose tables differ from what that revision creates, and
+give the SQL that makes them so again (issue 17, fault 8: a missing index was "at head").
+
+Each case damages a fresh, migrated database as a DBA or a restore would, on every
+backend: the drift is found, its fix applied, and the database is clean again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL, Connection
+
+from chatledger.drift import DRIFT_STATUS, fix_script
+from chatledger.migrate import schema_drift, upgrade_database
+from chatledger.tools.cli import run
+
+from .conftest import Database
+from .fresh import fresh_database
+from .schema_helpers import on_connection
+
+#: A change to a SQLite table's ``CREATE TABLE`` statement.
+Edit = Callable[[str], str]
+
+
+def sqlite_rebuild(table: str, edit: Edit) -> Callable[[Connection], None]:
+    """Rebuild a SQLite table from its ``CREATE TABLE`` statement changed by ``edit``,
+    rows and indexes kept: the only way SQLite changes a constraint or a column's type
+    (SQLite's documentation, "ALTER TABLE", the generalized procedure)."""
+
+    def rebuild(connection: Connection) -> None:
+        query = "SELECT type, sql FROM sqlite_master WHERE tbl_name = :name AND sql IS NOT NULL"
+        found = connection.execute(text(query), {"name": table}).all()
+        (created,) = [sql for kind, sql in found if kind == "table"]
+        changed = edit(created)
+        assert changed != created
+        renamed = re.sub(rf'^CREATE TABLE "?{table}"?', "CREATE TABLE damaged", changed)
+        assert renamed != changed
+        connection.exec_driver_sql(renamed)
+        connection.exec_driver_sql(f"INSERT INTO damaged SELECT * FROM {table}")
+        connection.exec_driver_sql(f"DROP TABLE {table}")
+        connection.exec_driver_sql(f"ALTER TABLE damaged RENAME TO {table}")
+        for kind, sql in found:
+            if kind == "index":
+                connection.exec_driver_sql(sql)
+
+    return rebuild
+
+
+def statements(*sql: str) -> Callable[[Connection], None]:
+    def execute(connection: Connection) -> None:
+        for statement in sql:
+            connection.exec_driver_sql(statement)
+
+    return execute
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One change to a migrated database, per dialect (absent: does not apply)."""
+
+    name: str
+    table: str
+    #: A part of the difference ``schema_drift`` reports.
+    found: str
+    by_dialect: dict[str, Callable[[Connection], None]] = field(default_factory=dict)
+
+
+CHECK = "ck_agent_sessions_boundary_within_log"
+
+DAMAGES = [
+    Damage(
+        "index dropped",
+        "agent_sessions",
+        "index ix_agent_sessions_activity (deleted_at, updated_at, id) is missing",
+        {
+            "sqlite": statements("DROP INDEX ix_agent_sessions_activity"),
+            "postgresql": statements("DROP INDEX ix_agent_sessions_activity"),
+            "mysql": statements("DROP INDEX ix_agent_sessions_activity ON agent_sessions"),
+        },
+    ),
+    Damage(
+        "unique index dropped",
+        "raw_messages",
+        "unique index ux_raw_session_sequence (session_id, sequence) is missing",
+        {
+            "sqlite": statements("DROP INDEX ux_raw_session_sequence"),
+            "postgresql": statements("DROP INDEX ux_raw_session_sequence"),
+            "mysql": statements("DROP INDEX ux_raw_session_sequence ON raw_messages"),
+        },
+    ),
+    Damage(
+        "check constraint dropped",
+        "agent_sessions",
+        f"check constraint {CHECK} (last_sequence >= compacted_through_sequence) is missing",
+        {
+            "sqlite": sqlite_rebuild(
+                "agent_sessions", lambda sql: re.sub(rf",\s*CONSTRAINT {CHECK} CHECK \([^)]*\)", "", sql)
+            ),
+            "postgresql": statements(f"ALTER TABLE agent_sessions DROP CONSTRAINT {CHECK}"),
+            "mysql": statements(f"ALTER TABLE agent_sessions DROP CONSTRAINT {CHECK}"),
+        },
+    ),
+    Damage(
+        "column type changed",
+        "agent_sessions",
+        "column title is VARCHAR(100), chatledger's is VARCHAR(200)",
+        {
+            "sqlite": sqlite_rebuild(
+                "agent_sessions", lambda sql: sql.replace("title VARCHAR(200)", "title VARCHAR(100)")
+            ),
+            "postgresql": statements("ALTER TABLE agent_sessions ALTER COLUMN title TYPE VARCHAR(100)"),
+            "mysql": statements("ALTER TABLE agent_sessions MODIFY title VARCHAR(100) NULL"),
+        },
+    ),
+    Damage(
+        "column made nullable",
+        "agent_sessions",
+        "column created_at is NULL, chatledger's is NOT NULL",
+        {
+            "sqlite": sqlite_rebuild(
+                "agent_sessions",
+                lambda sql: sql.replace("created_at DATETIME NOT NULL", "created_at DATETIME"),
+            ),
+            "postgresql": statements("ALTER TABLE agent_sessions ALTER COLUMN created_at DROP NOT NULL"),
+            "mysql": statements("ALTER TABLE agent_sessions MODIFY created_at DATETIME(6) NULL"),
+        },
+    ),
+    Damage(
+        "stray column",
+        "raw_messages",
+        "column stray is not chatledger's",
+        {
+            dialect: statements("ALTER TABLE raw_messages ADD COLUMN stray INTEGER")
+            for dialect in ("sqlite", "postgresql", "mysql")
+        },
+    ),
+    Damage(
+        "primary key dropped",
+        "rein_sessions",
+        "primary key (id) is missing",
+        {
+            "sqlite": sqlite_rebuild(
+                "rein_sessions",
+                lambda sql: re.sub(r",\s*CONSTRAINT pk_rein_sessions PRIMARY KEY \(id\)", "", sql),
+            ),
+            "postgresql": statements("ALTER TABLE rein_sessions DROP CONSTRAINT pk_rein_sessions"),
+            "mysql": statements("ALTER TABLE rein_sessions DROP PRIMARY KEY"),
+        },
+    ),
+    Damage(
+        "table dropped",
+        "rein_sessions",
+        "the table is missing",
+        {dialect: statements("DROP TABLE rein_sessions") for dialect in ("sqlite", "postgresql", "mysql")},
+    ),
+    Damage(
+        "stray unique index",
+        "raw_messages",
+        "unique index ux_stray is not chatledger's",
+        {
+            dialect: statements("CREATE UNIQUE INDEX ux_stray ON raw_messages (session_id, role, id)")
+            for dialect in ("sqlite", "postgresql", "mysql")
+        },
+    ),
+    Damage(
+        "stray check constraint",
+        "rein_sessions",
+        "check constraint ck_stray is not chatledger's",
+        {
+            "sqlite": sqlite_rebuild(
+                "rein_sessions",
+                lambda sql: sql.replace(
+                    "PRIMARY KEY (id)", "PRIMARY KEY (id), CONSTRAINT ck_stray CHECK (version > 0)"
+                ),
+            ),
+            "postgresql": statements("ALTER TABLE rein_sessions ADD CONSTRAINT ck_stray CHECK (version > 0)"),
+            "mysql": statements("ALTER TABLE rein_sessions ADD CONSTRAINT ck_stray CHECK (version > 0)"),
+        },
+    ),
+    Damage(
+        "column collation changed",
+        "agent_sessions",
+        "column agent_name has the collation utf8mb4_general_ci, chatledger's is utf8mb4_bin",
+        {
+            "mysql": statements(
+                "ALTER TABLE agent_sessions MODIFY agent_name VARCHAR(64) COLLATE utf8mb4_general_ci NULL"
+            )
+        },
+    ),
+    Damage(
+        "long text collation changed",
+        "raw_messages",
+        "column message_json is LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+        {
+            "mysql": statements(
+                "ALTER TABLE raw_messages MODIFY message_json LONGTEXT CHARACTER SET utf8mb4 "
+                "COLLATE utf8mb4_unicode_ci NOT NULL"
+            )
+        },
+    ),
+    Damage(
+        "table converted to another collation",
+        "raw_messages",
+        "the table's default collation is utf8mb4_general_ci, chatledger's is utf8mb4_bin",
+        {
+            "mysql": statements(
+                "ALTER TABLE raw_messages CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci"
+            )
+        },
+    ),
+    Damage(
+        "table collation changed",
+        "session_snapshots",
+        "the table's default collation is utf8mb4_general_ci, chatledger's is utf8mb4_bin",
+        {"mysql": statements("ALTER TABLE session_snapshots DEFAULT COLLATE utf8mb4_general_ci")},
+    ),
+]
+
+
+@pytest.fixture
+async def migrated(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
+    """A fresh database of the target, migrated to head, dropped afterwards."""
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_drift") as url:
+        await upgrade_database(url)
+        yield url
+
+
+async def apply(url: URL, fix: list[str]) -> None:
+    await on_connection(url, statements(*fix))
+
+
+async def test_a_fresh_database_is_clean_and_an_apps_tables_are_not_drift(migrated: URL) -> None:
+    """Neither an application's table beside chatledger's nor a plain index of its own on
+    one of chatledger's (zett-agent's store creates its indexes on open) is drift."""
+    await on_connection(
+        migrated,
+        statements(
+            "CREATE TABLE app_notes (id INTEGER PRIMARY KEY, body VARCHAR(20) NOT NULL)",
+            "CREATE INDEX ix_app_notes_body ON app_notes (body)",
+            "CREATE INDEX ix_raw_messages_request_id ON raw_messages (request_id)",
+        ),
+    )
+    assert await schema_drift(migrated) == []
+    assert await run(["check", "--dsn", migrated.render_as_string(hide_password=False)]) == 0
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=[damage.name for damage in DAMAGES])
+async def test_drift_is_found_and_its_fix_makes_the_database_clean(
+    migrated: URL, backend: str, damage: Damage
+) -> None:
+    if backend not in damage.by_dialect:
+        pytest.skip(f"{damage.name}: {backend} has no such setting")
+    await on_connection(migrated, damage.by_dialect[backend])
+    found = await schema_drift(migrated)
+    assert [drift.table for drift in found] == [damage.table], found
+    (drift,) = found
+    assert any(damage.found in difference for difference in drift.differences), drift.differences
+    assert drift.fix
+    await apply(migrated, list(drift.fix))
+    assert await schema_drift(migrated) == []
+
+
+async def test_rows_survive_the_fix(migrated: URL, backend: str) -> None:
+    """A fix that rebuilds the table (SQLite) or changes a column keeps the rows."""
+    from zett_agent.messages import UserMessage
+
+    from chatledger.zett import LedgerSessionStorage
+
+    async with LedgerSessionStorage(migrated) as storage:
+        for index in range(3):
+            await storage.append("kept", f"r{index}", UserMessage(content=f"m{index}"))
+    damage = next(damage for damage in DAMAGES if damage.name == "column made nullable")
+    await on_connection(migrated, damage.by_dialect[backend])
+    (drift,) = await schema_drift(migrated)
+    await apply(migrated, list(drift.fix))
+    async with LedgerSessionStorage(migrated) as storage:
+        tail = (await storage.load("kept")).raw_tail
+    assert [record.sequence for record in tail] == [1, 2, 3]
+
+
+async def test_check_exits_with_its_own_status_and_prints_the_fix(
+    migrated: URL, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damage = DAMAGES[0]  # the issue's case: an index dropped
+    await on_connection(migrated, damage.by_dialect[backend])
+    dsn = migrated.render_as_string(hide_password=False)
+    capsys.readouterr()
+    assert await run(["check", "--dsn", dsn]) == DRIFT_STATUS
+    out, err = capsys.readouterr()
+    assert "differs from what the head revision creates" in err
+    assert "ix_agent_sessions_activity" in err
+    found = await schema_drift(migrated)
+    assert out == fix_script(found, backend)
+    assert "CREATE INDEX ix_agent_sessions_activity" in out
+    await apply(migrated, [statement for drift in found for statement in drift.fix])
+    assert await run(["check", "--dsn", dsn]) == 0
