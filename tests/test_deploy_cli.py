@@ -15,7 +15,13 @@ from zett_agent.messages import UserMessage
 
 from chatledger import DowngradeRefused
 from chatledger.dsn import DSN_ENV, display, resolve_dsn
-from chatledger.migrate import database_revision, downgrade_database, head_revision, upgrade_database
+from chatledger.migrate import (
+    database_revision,
+    downgrade_database,
+    head_revision,
+    revisions,
+    upgrade_database,
+)
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
@@ -45,7 +51,8 @@ async def test_upgrade_says_what_it_applied_and_to_which_database(
     assert await run(["upgrade", "--dsn", dsn, "--revision", "0001"]) == 0
     assert capsys.readouterr().out.strip() == f"applied 0001 to {shown}: now at revision 0001"
     assert await run(["upgrade", "--dsn", dsn]) == 0
-    assert capsys.readouterr().out.strip() == f"applied {HEAD} to {shown}: now at head ({HEAD})"
+    after_0001 = ", ".join(revisions().order[1:])
+    assert capsys.readouterr().out.strip() == f"applied {after_0001} to {shown}: now at head ({HEAD})"
     assert await run(["upgrade", "--dsn", dsn]) == 0
     assert capsys.readouterr().out.strip() == f"{shown} is already at head ({HEAD}): nothing to apply"
 
@@ -54,7 +61,7 @@ async def test_upgrade_from_empty_lists_every_revision(
     empty: URL, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert await run(["upgrade", "--dsn", dsn_of(empty)]) == 0
-    assert "applied 0001, 0002 to " in capsys.readouterr().out
+    assert f"applied {', '.join(revisions().order)} to " in capsys.readouterr().out
 
 
 async def test_current_on_an_empty_database_says_to_upgrade(
@@ -84,7 +91,7 @@ async def test_downgrade_keeps_tables_with_rows_unless_told(
     assert "rein_sessions" not in error and "--yes" in error and "nothing was changed" in error
     assert error.count("\n") == 1
     with pytest.raises(DowngradeRefused) as refused:
-        await downgrade_database(empty, "-2")
+        await downgrade_database(empty, f"-{len(revisions().order)}")  # relative, down to base
     assert refused.value.tables == {"raw_messages": 2, "agent_sessions": 1}
     assert await on_connection(empty, catalog) == before
 

@@ -20,7 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
-from chatledger.migrate import alembic_config, downgrade_database, run_on_connection, upgrade_database
+from chatledger.migrate import (
+    alembic_config,
+    downgrade_database,
+    head_revision,
+    run_on_connection,
+    upgrade_database,
+)
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from chatledger.zett import LedgerSessionStorage, codec
@@ -122,7 +128,7 @@ async def test_upgrade_keeps_live_data_as_it_was(fresh_url: URL, session_id: str
         )
 
     await run_on_connection(fresh_url, seed)
-    assert await upgrade_database(fresh_url) == REVISION
+    assert await upgrade_database(fresh_url) == head_revision()  # through 0002
     assert await on_connection(fresh_url, drift) == []
 
     async with LedgerSessionStorage(fresh_url) as storage:
@@ -207,7 +213,7 @@ async def test_downgrade_drops_tombstones_and_renumbers_recreated_sessions(
     assert [(row.id, row.version) for row in rein_rows] == [(recreated, 3)]
 
     # And up again: the same data, now as generation 0 of each session.
-    assert await upgrade_database(fresh_url) == REVISION
+    assert await upgrade_database(fresh_url) == head_revision()  # through 0002
     assert await on_connection(fresh_url, drift) == []
     assert "ck_agent_sessions_boundary_within_log" in await on_connection(fresh_url, check_constraints)
     async with LedgerSessionStorage(fresh_url) as storage:

@@ -22,6 +22,11 @@ generation columns that make the store safe to share:
 ``rein_sessions`` keeps the same rule: a deleted rein session is a row whose
 ``session_json`` is NULL, and its ``version`` goes on counting after it.
 
+Every identifier column (``id``, ``*_id``) is :class:`chatledger.types.Id`, compared
+byte for byte on every backend (``x``, ``x `` and ``X`` are three ids); only the
+display texts ``title``, ``agent_name`` and ``tool_name`` are plain strings
+(``tests/test_id_columns.py`` walks the metadata to keep it so).
+
 Plain Core tables: nothing here is mapped to classes, and every default the
 database fills in is a ``server_default`` (the migrations create the same).
 """
@@ -32,7 +37,7 @@ from typing import Any
 
 from sqlalchemy import CheckConstraint, Column, Index, Integer, MetaData, String, Table
 
-from .types import BigInt, Id, LongText, UTCDateTime
+from .types import MAX_ROW_ID_LENGTH, BigInt, Id, LongText, UTCDateTime
 
 #: Constraint names are fixed so that migrations and ``alembic check`` agree on every backend.
 NAMING_CONVENTION = {
@@ -56,8 +61,8 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 sessions_table = Table(
     "agent_sessions",
     metadata,
-    Column("id", Id, primary_key=True),
-    Column("parent_session_id", Id, nullable=True),
+    Column("id", Id(), primary_key=True),
+    Column("parent_session_id", Id(), nullable=True),
     Column("session_type", Integer, nullable=False, server_default="0"),
     Column("title", String(200), nullable=True),
     Column("agent_name", String(64), nullable=True),
@@ -81,9 +86,9 @@ sessions_table = Table(
 raw_messages_table = Table(
     "raw_messages",
     metadata,
-    Column("id", String(36), primary_key=True),
-    Column("session_id", Id, nullable=False),
-    Column("request_id", Id, nullable=False),
+    Column("id", Id(MAX_ROW_ID_LENGTH), primary_key=True),
+    Column("session_id", Id(), nullable=False),
+    Column("request_id", Id(), nullable=False),
     Column("sequence", BigInt, nullable=False),
     Column("role", Integer, nullable=False),
     # Plain text of the message, for SQL readers; message_json is authoritative.
@@ -118,8 +123,8 @@ raw_messages_table = Table(
 snapshots_table = Table(
     "session_snapshots",
     metadata,
-    Column("id", String(36), primary_key=True),
-    Column("session_id", Id, nullable=False),
+    Column("id", Id(MAX_ROW_ID_LENGTH), primary_key=True),
+    Column("session_id", Id(), nullable=False),
     Column("version", BigInt, nullable=False),
     Column("compacted_through_sequence", BigInt, nullable=False),
     Column("message_json", LongText, nullable=False),
@@ -133,14 +138,14 @@ snapshots_table = Table(
 rein_sessions_table = Table(
     "rein_sessions",
     metadata,
-    Column("id", Id, primary_key=True),
+    Column("id", Id(), primary_key=True),
     # 1 after the first save, +1 per save and per delete, never reset for the id.
     Column("version", BigInt, nullable=False),
     # NULL: the tombstone of a deleted session.
     Column("session_json", LongText, nullable=True),
     # The id of the save that last wrote the row (a UUIDv7 fixed before its first
     # attempt), so that a save whose commit was not acknowledged can be looked up.
-    Column("write_id", String(36), nullable=True),
+    Column("write_id", Id(MAX_ROW_ID_LENGTH), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_rein_sessions_activity", "updated_at", "id"),

@@ -3,11 +3,16 @@
 Every difference between SQLite, PostgreSQL and MySQL/MariaDB that concerns a
 single column lives here, as a ``TypeDecorator`` or a ``with_variant``:
 
-* :class:`Id` -- up to 255 characters, compared exactly on every backend.
-  MySQL and MariaDB collations fold case and (``PAD SPACE``) ignore trailing
-  spaces, so there the id is stored as UTF-8 in ``VARBINARY(1020)``, where every
-  byte counts. It is bound as a string (the connection's utf8mb4 turns it into
-  those bytes; aiomysql cannot bind ``bytes`` with PyMySQL >= 1.1.1).
+* :class:`Id` -- every identifier column (session, parent, request, raw message,
+  checkpoint, rein session and write ids): up to ``length`` characters (default
+  255), compared byte for byte on every backend. MySQL and MariaDB collations fold
+  case, and all of them, ``utf8mb4_bin`` included, are ``PAD SPACE`` (``'m1' =
+  'm1 '``), so there the id is stored as UTF-8 in ``VARBINARY(4 * length)``, where
+  every byte counts (portable to MySQL 8, which has no ``utf8mb4_nopad_bin``). It is
+  bound as a string (the connection's utf8mb4 turns it into those bytes; aiomysql
+  cannot bind ``bytes`` with PyMySQL >= 1.1.1). PostgreSQL ``varchar`` under a
+  deterministic collation (the only kind a database default can be) and SQLite's
+  ``BINARY`` comparison are byte-exact already: ``VARCHAR(length)`` there.
 * :class:`UTCDateTime` -- UTC with microseconds everywhere: ``timestamptz`` on
   PostgreSQL, ``DATETIME(6)`` on MySQL (plain ``DATETIME`` drops the fraction),
   ISO text on SQLite. Values read back are always timezone-aware UTC.
@@ -26,6 +31,10 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 #: Longest id accepted for sessions, requests and parents, in characters.
 MAX_ID_LENGTH = 255
 
+#: Longest raw-message, checkpoint and rein write id, in characters: a UUID's 36 (the
+#: ids chatledger makes are UUIDv7s; a caller-given ``message_id`` is held to it too).
+MAX_ROW_ID_LENGTH = 36
+
 #: Long text that holds a whole message; MySQL ``TEXT`` stops at 64 KiB.
 LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql")
 
@@ -41,16 +50,26 @@ class _Utf8Varbinary(mysql.VARBINARY):
 
 
 class Id(TypeDecorator[str]):
-    """A text id of at most :data:`MAX_ID_LENGTH` characters, compared byte for byte."""
+    """A text id of at most ``length`` characters, compared byte for byte on every
+    backend: ``VARCHAR(length)``, ``VARBINARY(4 * length)`` on MySQL/MariaDB.
 
-    impl = String(MAX_ID_LENGTH)
+    Every id column of :mod:`chatledger.schema` has this type (``tests/test_id_columns.py``
+    checks it from the metadata); the length is the column's limit in characters, which
+    :mod:`chatledger.validate` enforces before any statement.
+    """
+
+    impl = String
     cache_ok = True
+
+    def __init__(self, length: int = MAX_ID_LENGTH) -> None:
+        super().__init__(length)
+        self.length = length
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "mysql":
             # 4 bytes per character is utf8mb4's worst case.
-            return dialect.type_descriptor(_Utf8Varbinary(4 * MAX_ID_LENGTH))
-        return dialect.type_descriptor(String(MAX_ID_LENGTH))
+            return dialect.type_descriptor(_Utf8Varbinary(4 * self.length))
+        return dialect.type_descriptor(String(self.length))
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if isinstance(value, bytes | bytearray):

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .errors import WrongType
-from .types import MAX_ID_LENGTH
+from .types import MAX_ID_LENGTH, MAX_ROW_ID_LENGTH
 
 #: Largest value of a 64-bit signed integer column.
 MAX_BIGINT = 2**63 - 1
@@ -77,7 +77,7 @@ def identifier(value: object, field: str, *, limit: int = MAX_ID_LENGTH) -> str:
 
 
 #: Longest raw-message id (the ``raw_messages.id`` column; a UUID's 36 characters).
-MAX_MESSAGE_ID_LENGTH = 36
+MAX_MESSAGE_ID_LENGTH = MAX_ROW_ID_LENGTH
 
 
 def message_id(value: object) -> str:

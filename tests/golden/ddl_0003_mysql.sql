@@ -1,0 +1,6 @@
+ALTER TABLE raw_messages MODIFY id VARBINARY(144) NOT NULL
+;
+ALTER TABLE session_snapshots MODIFY id VARBINARY(144) NOT NULL
+;
+ALTER TABLE rein_sessions MODIFY write_id VARBINARY(144) NULL
+;
