@@ -126,3 +126,19 @@ def test_the_deploy_api_runs_from_a_wheels_layout(tmp_path: Path) -> None:
         f"applied {', '.join(ALL)} to sqlite+aiosqlite:///{database}: now at head ({HEAD})",
         "0",
     ]
+
+
+def test_the_readmes_deploy_example_runs(tmp_path: Path) -> None:
+    from .test_readme import code_blocks, section
+
+    deploying = section("Deploying: migrations")
+    (example,) = [text for language, text in code_blocks(deploying) if "await migrate.upgrade(" in text]
+    (tmp_path / "deploy.py").write_text(example)
+    env = {key: value for key, value in os.environ.items() if key != DSN_ENV}
+    env.update(OWNER_DSN=f"sqlite:///{tmp_path / 'app.sqlite3'}", PYTHONPATH=str(REPO_ROOT / "src"))
+    done = subprocess.run(
+        [sys.executable, "deploy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.endswith(f"now at head ({HEAD})\n")
+    (hooks,) = [text for language, text in code_blocks(deploying) if "include_object=include_object" in text]
+    assert hooks.splitlines()[0] == "from chatledger.migrate import include_name, include_object"
