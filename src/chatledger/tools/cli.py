@@ -332,6 +332,15 @@ async def _adopt(args: argparse.Namespace, console: Console) -> int:
     from .adopt import adopt
 
     report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
+    if report.already:  # as `upgrade` of a database at head: nothing to do, and no error
+        head = migrate.head_revision()
+        behind = f"; `chatledger upgrade --dsn {_dsn_hint(args.dsn)}` brings it to {head}"
+        _say(
+            console,
+            f"{report.database} is chatledger's already (revision {report.revision}): nothing to "
+            f"adopt{behind if report.revision != head else ''}",
+        )
+        return 0
     what = ", ".join(
         (
             counted(report.sessions, "session"),
