@@ -174,8 +174,14 @@ async def test_adopt_on_a_chatledger_database_behind_head_names_the_upgrade(
     dsn = dsn_of(zett_db)
     assert await run(["adopt", "--dsn", dsn]) == 0
     out = capsys.readouterr().out
-    assert "is chatledger's already (revision 0001): nothing to adopt; " in out
-    assert f"`chatledger upgrade --dsn {dsn}` brings it to {head_revision()}" in out
+    assert (
+        f"is chatledger's already (revision 0001): nothing to adopt; upgrade it to {head_revision()} with "
+        in out
+    )
+    if zett_db.get_backend_name() == "sqlite":  # a file: its own URL, as given
+        assert f"with `chatledger upgrade --dsn {dsn}`" in out
+    else:  # a server: the schema owner's DSN, which this one need not be
+        assert "with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN`" in out
     assert await run(["adopt", "--dsn", dsn, "--dry-run"]) == 0
     assert "nothing to adopt" in capsys.readouterr().out
 

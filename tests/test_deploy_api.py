@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
-from chatledger import DowngradeRefused, migrate
+from chatledger import DowngradeRefused, SchemaNotReady, migrate
 from chatledger.dsn import DSN_ENV, as_argument, display
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
@@ -74,7 +74,7 @@ async def test_the_deploy_calls_do_what_the_commands_do(
     assert capsys.readouterr().err.strip() == f"chatledger check: {behind.message}".replace(
         f"--dsn {as_argument(empty)}", f"--dsn {dsn}"
     )
-    assert (await migrate.current(dsn)).remedy == f"run `chatledger upgrade --dsn {as_argument(empty)}`"
+    assert (await migrate.current(dsn)).remedy == f"upgrade it {migrate.upgrade_advice(empty)}"
 
 
 @pytest.mark.parametrize("call", ["current", "check", "downgrade"])
@@ -142,3 +142,23 @@ def test_the_readmes_deploy_example_runs(tmp_path: Path) -> None:
     assert done.stdout.endswith(f"now at head ({HEAD})\n")
     (hooks,) = [text for language, text in code_blocks(deploying) if "include_object=include_object" in text]
     assert hooks.splitlines()[0] == "from chatledger.migrate import include_name, include_object"
+
+
+async def test_a_database_behind_names_the_owners_dsn_not_a_masked_password(
+    empty: URL, database: Database
+) -> None:
+    """The runtime role meets the database behind: the advice is the command with the
+    schema owner's DSN, not this role's DSN with its password masked (which cannot work)."""
+    if database.server is None:
+        pytest.skip("a SQLite file has no roles (and upgrades itself on first use)")
+    if database.backend == "postgresql":  # this server trusts local logins: any password does
+        empty = empty.set(password="pw-Sekr1t-do-not-print")
+    async with LedgerSessionStorage(empty) as storage:
+        with pytest.raises(SchemaNotReady) as caught:
+            await storage.count_messages("s-1")
+    message = str(caught.value)
+    assert "upgrade it with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN`" in message
+    assert "`chatledger.migrate.upgrade(OWNER_DSN)`" in message
+    # The database is named, password masked; no command names this role's DSN.
+    assert f"database {display(empty)} is at revision <none>" in message
+    assert f"--dsn {database.backend}" not in message and "pw-Sekr1t" not in message

@@ -66,7 +66,7 @@ from .app_alembic import (
     include_name,
     include_object,
 )
-from .dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn, sqlite_file
+from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
 from .errors import DowngradeRefused, SchemaNotReady
 from .revisions import (
     Revisions,
@@ -93,6 +93,7 @@ from .versioning import (
     read_state,
     record_compatibility,
     standing,
+    upgrade_advice,
 )
 
 __all__ = [
@@ -142,6 +143,7 @@ __all__ = [
     "standing",
     "tables_dropped",
     "upgrade",
+    "upgrade_advice",
     "upgrade_database",
     "upgrade_schema",
     "write_upgrade_sql",
@@ -660,9 +662,7 @@ async def current(dsn: str | URL | None = None) -> Current:
 
     url = existing_database(dsn)
     state, hint = await run_on_connection(url, state_and_hint)
-    remedy = (
-        (hint or f"run `chatledger upgrade --dsn {as_argument(url)}`") if state.revision is None else None
-    )
+    remedy = (hint or f"upgrade it {upgrade_advice(url)}") if state.revision is None else None
     return Current(url, state, head_revision(), standing(state), remedy)
 
 

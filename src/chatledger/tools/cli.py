@@ -334,12 +334,10 @@ async def _adopt(args: argparse.Namespace, console: Console) -> int:
     report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
     if report.already:  # as `upgrade` of a database at head: nothing to do, and no error
         head = migrate.head_revision()
-        behind = f"; `chatledger upgrade --dsn {_dsn_hint(args.dsn)}` brings it to {head}"
-        _say(
-            console,
-            f"{report.database} is chatledger's already (revision {report.revision}): nothing to "
-            f"adopt{behind if report.revision != head else ''}",
-        )
+        line = f"{report.database} is chatledger's already (revision {report.revision}): nothing to adopt"
+        if report.revision != head:
+            line += f"; upgrade it to {head} {migrate.upgrade_advice(resolve_dsn(args.dsn))}"
+        _say(console, _concrete(line, args.dsn))
         return 0
     what = ", ".join(
         (
