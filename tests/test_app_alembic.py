@@ -31,6 +31,7 @@ from chatledger.dsn import DSN_ENV
 from chatledger.migrate import (
     VERSION_TABLE,
     app_hooks,
+    app_version_tables,
     chatledger_tables,
     database_revision,
     head_revision,
@@ -251,3 +252,17 @@ def test_the_hooks_cover_every_table_of_the_schema_metadata() -> None:
 def test_app_hooks_refuse_what_is_not_callable() -> None:
     with pytest.raises(TypeError, match="include_object must be a callable"):
         app_hooks(include_object="app_scratch")  # type: ignore[arg-type]
+
+
+async def test_app_version_tables_are_alembics_layout_but_not_chatledgers(shared: URL) -> None:
+    create = "CREATE TABLE {} (version_num VARCHAR(32) NOT NULL)"
+    # Where an older chatledger kept its revision: chatledger's, not an application's.
+    await execute(shared, create.format("alembic_version"), "INSERT INTO alembic_version VALUES ('0001')")
+    assert await on_connection(shared, app_version_tables) == []
+    await execute(
+        shared,
+        "INSERT INTO alembic_version VALUES ('3f2a9c1b7e4d')",
+        create.format("billing_version"),
+        "CREATE TABLE notes (version_num VARCHAR(32) NOT NULL, body VARCHAR(20))",
+    )
+    assert await on_connection(shared, app_version_tables) == ["alembic_version", "billing_version"]
