@@ -507,34 +507,6 @@ def _refuse_dropping_rows(
         )
 
 
-def default_notice(dsn: str | URL | None, *, option: str = "--dsn") -> str | None:
-    """When neither ``dsn`` nor ``CHATLEDGER_DSN`` names a database: the sentence saying
-    that the embedded SQLite default is used, and where it is; else ``None``."""
-    if dsn or os.environ.get(DSN_ENV):
-        return None
-    return (
-        f"no {option} given and ${DSN_ENV} is not set: using the embedded database, "
-        f"the SQLite file {default_sqlite_path()}"
-    )
-
-
-async def database_state(
-    dsn: str | URL | None = None, script_location: str | Path | None = None
-) -> SchemaState:
-    """The state of the database a DSN names; reads only."""
-    return await run_on_connection(resolve_dsn(dsn), lambda conn: read_state(conn, script_location))
-
-
-async def database_revision(dsn: str | URL | None = None) -> str | None:
-    """The revision of the database a DSN names; ``None`` when it has none."""
-    return (await database_state(dsn)).revision
-
-
-def run_alembic_from_command_line(url: URL, work: Callable[[Connection], None], lock_timeout: float) -> None:
-    """``env.py`` under the ``alembic`` command: ``work`` under the schema lock, in one transaction."""
-    asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
-
-
 # -- the deploy API: the schema commands as calls ---------------------------------------
 #
 # What ``chatledger upgrade``, ``check``, ``current`` and ``downgrade`` do, for an
@@ -738,3 +710,31 @@ def _app_alembic_note(tables: list[str]) -> str:
         "to context.configure(), or its autogenerate drops chatledger's tables "
         '(README, "Deploying: migrations")'
     )
+
+
+def default_notice(dsn: str | URL | None, *, option: str = "--dsn") -> str | None:
+    """When neither ``dsn`` nor ``CHATLEDGER_DSN`` names a database: the sentence saying
+    that the embedded SQLite default is used, and where it is; else ``None``."""
+    if dsn or os.environ.get(DSN_ENV):
+        return None
+    return (
+        f"no {option} given and ${DSN_ENV} is not set: using the embedded database, "
+        f"the SQLite file {default_sqlite_path()}"
+    )
+
+
+async def database_state(
+    dsn: str | URL | None = None, script_location: str | Path | None = None
+) -> SchemaState:
+    """The state of the database a DSN names; reads only."""
+    return await run_on_connection(resolve_dsn(dsn), lambda conn: read_state(conn, script_location))
+
+
+async def database_revision(dsn: str | URL | None = None) -> str | None:
+    """The revision of the database a DSN names; ``None`` when it has none."""
+    return (await database_state(dsn)).revision
+
+
+def run_alembic_from_command_line(url: URL, work: Callable[[Connection], None], lock_timeout: float) -> None:
+    """``env.py`` under the ``alembic`` command: ``work`` under the schema lock, in one transaction."""
+    asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
