@@ -27,6 +27,7 @@ from zett_agent.extensions.events import MessageTiming
 from zett_agent.messages import UserMessage
 
 from chatledger.adoption import NotAdoptable, adopt_hint, survey
+from chatledger.dsn import display, resolve_dsn
 from chatledger.migrate import head_revision, run_on_connection, upgrade_database
 from chatledger.schema import metadata
 from chatledger.tools.adopt import adopt, drift
@@ -156,10 +157,33 @@ async def test_adopt_command(zett_db: URL, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert f"now at revision {head_revision()}" in out and "chatledger sessions list" in out
     assert await run(["check", "--dsn", dsn]) == 0
+    capsys.readouterr()
 
-    assert await run(["adopt", "--dsn", dsn]) == 2
-    error = capsys.readouterr().err
-    assert "chatledger's already" in error and error.count("\n") == 1
+    # Adopting again, as upgrading twice: nothing to do, said, and exit 0.
+    assert await run(["adopt", "--dsn", dsn]) == 0
+    captured = capsys.readouterr()
+    shown, head = display(resolve_dsn(dsn)), head_revision()
+    assert captured.out == f"{shown} is chatledger's already (revision {head}): nothing to adopt\n"
+    assert captured.err == ""
+
+
+async def test_adopt_on_a_chatledger_database_behind_head_names_the_upgrade(
+    zett_db: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await upgrade_database(zett_db, "0001")
+    dsn = dsn_of(zett_db)
+    assert await run(["adopt", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"is chatledger's already (revision 0001): nothing to adopt; upgrade it to {head_revision()} with "
+        in out
+    )
+    if zett_db.get_backend_name() == "sqlite":  # a file: its own URL, as given
+        assert f"with `chatledger upgrade --dsn {dsn}`" in out
+    else:  # a server: the schema owner's DSN, which this one need not be
+        assert "with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN`" in out
+    assert await run(["adopt", "--dsn", dsn, "--dry-run"]) == 0
+    assert "nothing to adopt" in capsys.readouterr().out
 
 
 async def test_unrecognised_schema_is_refused_with_every_reason_and_nothing_changes(zett_db: URL) -> None:
@@ -209,8 +233,8 @@ async def test_nothing_to_adopt(zett_db: URL, database: Database, tmp_path: Path
         await asyncio.to_thread(Path(str(zett_db.database)).touch)  # an empty SQLite file
     with pytest.raises(NotAdoptable, match="none of zett-agent's tables"):
         await adopt(zett_db)
-    with pytest.raises(NotAdoptable, match="chatledger's already"):
-        await adopt(database.url)
+    already = await adopt(database.url)
+    assert already.already and already.revision == head_revision() and not already.steps
     if database.server is None:
         missing = tmp_path / "missing.sqlite3"
         with pytest.raises(NotAdoptable, match="no such file"):

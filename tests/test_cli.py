@@ -57,7 +57,7 @@ async def test_check_upgrade_current_downgrade_on_empty_database(
 
     assert await run(["current", "--dsn", empty_dsn]) == 0
     out = capsys.readouterr().out
-    assert "current   no chatledger schema: run `chatledger upgrade" in out
+    assert "current   no chatledger schema: upgrade it with " in out and "`chatledger upgrade --dsn " in out
     assert f"head      {head_revision()}" in out
 
     if database.server is not None:  # a server database is never upgraded by the demo

@@ -71,7 +71,10 @@ async def test_current_on_an_empty_database_says_to_upgrade(
     dsn = dsn_of(empty)
     assert await run(["current", "--dsn", dsn]) == 0
     out = capsys.readouterr().out
-    assert f"current   no chatledger schema: run `chatledger upgrade --dsn {dsn}`" in out
+    if empty.get_backend_name() == "sqlite":
+        assert f"current   no chatledger schema: upgrade it with `chatledger upgrade --dsn {dsn}`" in out
+    else:
+        assert "current   no chatledger schema: upgrade it with the schema owner's DSN: `chatledger " in out
     assert "<none>" not in out and f"head      {HEAD}" in out and "standing  behind" in out
 
 

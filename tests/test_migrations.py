@@ -80,12 +80,12 @@ async def test_unmigrated_database_is_refused_without_ddl(
     # A server database is never migrated by the storage; SQLite only when told not to.
     options = {"auto_upgrade": False} if backend == "sqlite" else {}
     async with LedgerSessionStorage(fresh_url, **options) as storage:
-        with pytest.raises(SchemaNotReady, match="alembic upgrade head") as raised:
+        with pytest.raises(SchemaNotReady, match="`chatledger upgrade --dsn ") as raised:
             await storage.append(session_id, "r", UserMessage(content="never stored"))
         assert isinstance(raised.value, RuntimeError)
         assert "<none>" in str(raised.value)
         # Reads are refused the same way, and the check is repeated, not cached as passed.
-        with pytest.raises(SchemaNotReady, match="alembic upgrade head"):
+        with pytest.raises(SchemaNotReady, match="`chatledger upgrade --dsn "):
             await storage.load(session_id)
 
     assert await on_connection(fresh_url, table_names) == set()
@@ -97,7 +97,7 @@ async def test_database_behind_head_is_refused(fresh_url: URL, backend: str, ses
     await downgrade_database(fresh_url, "base")
     options = {"auto_upgrade": False} if backend == "sqlite" else {}
     async with LedgerSessionStorage(fresh_url, **options) as storage:
-        with pytest.raises(SchemaNotReady, match="alembic upgrade head"):
+        with pytest.raises(SchemaNotReady, match="`chatledger upgrade --dsn "):
             await storage.get_session(session_id)
     assert await on_connection(fresh_url, table_names) <= {VERSION_TABLE}
 

@@ -411,8 +411,8 @@ async def test_a_copy_into_an_unmigrated_database_names_it_and_prints_nothing(
         assert captured.out == ""  # no stray blank line from the progress display
         error = captured.err
         assert error.startswith("chatledger copy: ") and error.count("\n") == 1
-        # The target as the command was given it, password masked, to paste.
-        given = dsn_of(target).replace("pw-Sekr1t-do-not-print", "***")
-        assert f"`chatledger upgrade --dsn {given}`" in error and "pw-Sekr1t" not in error
+        # The command with the schema owner's DSN: not this one's, its password masked.
+        assert "with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN`" in error
+        assert "pw-Sekr1t" not in error and "--dsn postgresql" not in error
         assert "auto_upgrade=True (what other session stores call create_tables)" in error
         assert "--dsn DSN" not in error

@@ -29,6 +29,14 @@ the same way:
 * **also offline**: :func:`write_upgrade_sql` writes an upgrade as a script for the
   database's own client, the schema lock included (:mod:`chatledger.offline`).
 
+**The deploy API**, for an application's deploy code (a wheel install is enough: the
+revisions ship inside the package): :func:`upgrade`, :func:`check`, :func:`current`
+and :func:`downgrade` do what the ``chatledger`` commands of those names do (the CLI
+calls them), and say in their docstrings which exit status each outcome is.
+**Beside an application's own Alembic**: :func:`include_name` and
+:func:`include_object`, the hooks its ``env.py`` passes to ``context.configure()``
+(:mod:`chatledger.app_alembic`).
+
 The revisions and their conventions: :mod:`chatledger.revisions`. What a database
 records and whether this chatledger can use it: :mod:`chatledger.versioning`; both are
 re-exported here.
@@ -49,7 +57,15 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import URL, Connection
 
-from . import dialects
+from . import dialects, integrity
+from .app_alembic import (
+    AppHooks,
+    app_hooks,
+    app_version_tables,
+    chatledger_tables,
+    include_name,
+    include_object,
+)
 from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
 from .errors import DowngradeRefused, SchemaNotReady
 from .revisions import (
@@ -77,30 +93,45 @@ from .versioning import (
     read_state,
     record_compatibility,
     standing,
+    upgrade_advice,
 )
 
 __all__ = [
+    "CHECK_PAST_COUNTER",
+    "CHECK_STATUS",
     "COMPATIBILITY_TABLE",
     "LEGACY_VERSION_TABLE",
     "LOCK_TIMEOUT",
     "VERSION_TABLE",
+    "AppHooks",
+    "Check",
+    "Current",
     "Revisions",
     "SchemaState",
     "Standing",
     "Upgrade",
     "adopt_legacy_revision",
     "alembic_config",
+    "app_hooks",
+    "app_version_tables",
     "apply_upgrade",
+    "chatledger_tables",
+    "check",
     "context_options",
+    "current",
     "current_revision",
     "database_revision",
     "database_state",
     "default_notice",
     "describe",
+    "downgrade",
     "downgrade_database",
     "downgrade_steps",
+    "existing_database",
     "head_revision",
     "imports_chatledger",
+    "include_name",
+    "include_object",
     "is_known",
     "read_state",
     "record_compatibility",
@@ -111,6 +142,8 @@ __all__ = [
     "script_location",
     "standing",
     "tables_dropped",
+    "upgrade",
+    "upgrade_advice",
     "upgrade_database",
     "upgrade_schema",
     "write_upgrade_sql",
@@ -235,6 +268,27 @@ class Upgrade:
     after: SchemaState
     #: The revisions applied, oldest first; empty when there was nothing to do.
     applied: tuple[str, ...]
+    #: The database (``repr`` and :attr:`summary` mask its password).
+    url: URL
+
+    @property
+    def summary(self) -> str:
+        """What the upgrade did, in the one line ``chatledger upgrade`` prints: ``applied
+        0001, 0002 to URL: now at head (0002)``, or ``URL is already at head (0002):
+        nothing to apply``."""
+        head = head_revision()
+        reached = self.after.revision
+        at = f"head ({head})" if reached == head else f"revision {reached or '<none>'}"
+        moved = (
+            f"; moved its revision from {LEGACY_VERSION_TABLE} to {VERSION_TABLE}"
+            if self.before.legacy and not self.after.legacy
+            else ""
+        )
+        if self.applied:
+            return f"applied {', '.join(self.applied)} to {display(self.url)}: now at {at}{moved}"
+        if standing(self.after) is Standing.AHEAD_COMPATIBLE:
+            return f"{describe(self.url, self.after)}: nothing to apply"
+        return f"{display(self.url)} is already at {at}: nothing to apply{moved}"
 
 
 def _between(known: Revisions, before: str | None, after: str | None) -> tuple[str, ...]:
@@ -268,10 +322,11 @@ async def apply_upgrade(
     def work(connection: Connection) -> Upgrade:
         before = read_state(connection, script_location)
         if before.revision is not None and not is_known(before.revision, script_location):
-            return Upgrade(before, before, ())
+            return Upgrade(before, before, (), url)
         command.upgrade(alembic_config(connection, script_location), revision)
         after = read_state(connection, script_location)
-        return Upgrade(before, after, _between(revisions(script_location), before.revision, after.revision))
+        applied = _between(revisions(script_location), before.revision, after.revision)
+        return Upgrade(before, after, applied, url)
 
     return await _alembic(url, work, connect_args, lock_timeout)
 
@@ -450,6 +505,229 @@ def _refuse_dropping_rows(
             "(drop_rows=True), after a backup",
             tables=held,
         )
+
+
+# -- the deploy API: the schema commands as calls ---------------------------------------
+#
+# What ``chatledger upgrade``, ``check``, ``current`` and ``downgrade`` do, for an
+# application's deploy code (the CLI calls these). Each is a coroutine:
+# ``asyncio.run(chatledger.migrate.upgrade(dsn))`` from synchronous code.
+
+#: :func:`check`'s status (``chatledger check``'s exit status) per standing: 0 this
+#: chatledger can use the database, 1 it is behind (upgrade it), 3 it is at a newer
+#: revision this chatledger cannot run on (upgrade chatledger).
+CHECK_STATUS: Mapping[Standing, int] = {
+    Standing.AT_HEAD: 0,
+    Standing.AHEAD_COMPATIBLE: 0,
+    Standing.BEHIND: 1,
+    Standing.AHEAD_INCOMPATIBLE: 3,
+}
+#: :func:`check`'s status for a usable schema whose sessions hold raw messages past
+#: their counter row (written outside chatledger): appends to them fail.
+CHECK_PAST_COUNTER = 4
+
+
+def existing_database(dsn: str | URL | None = None) -> URL:
+    """The database a DSN names (:func:`chatledger.dsn.resolve_dsn`), for a call that
+    reads or changes an existing one.
+
+    Raises:
+        ValueError: the DSN is invalid, or names a SQLite file that does not exist
+            (``no such file: PATH``; the file is not created).
+    """
+    url = resolve_dsn(dsn)
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        raise ValueError(f"no such file: {path}")
+    return url
+
+
+async def upgrade(
+    dsn: str | URL | None = None, revision: str = "head", *, lock_timeout: float = LOCK_TIMEOUT
+) -> Upgrade:
+    """``chatledger upgrade``: upgrade the database a DSN names (default
+    ``CHATLEDGER_DSN``, else the embedded SQLite file) to ``revision``, serialised and
+    atomic as this module's docstring says, with the revisions this package ships (no
+    repository checkout needed). Run it as the schema owner. Upgrading a database already
+    at ``revision`` does nothing; :attr:`Upgrade.summary` says what was done.
+
+    Raises (the CLI's exit status 2 for each):
+        SchemaNotReady: the schema lock was not granted within ``lock_timeout`` seconds;
+            the database holds zett-agent's own tables (``chatledger adopt``); or it is at
+            a newer revision this chatledger cannot run on (upgrade chatledger).
+        ConfigurationError: the server refused the connection (no such database, login).
+        ValueError: an invalid DSN, or ``lock_timeout`` not a positive number of seconds.
+        alembic.util.CommandError: ``revision`` is not a valid target.
+    """
+    url = resolve_dsn(dsn)
+    done = await apply_upgrade(url, revision, lock_timeout=lock_timeout)
+    if standing(done.after) is Standing.AHEAD_INCOMPATIBLE:
+        raise SchemaNotReady(describe(url, done.after))
+    return done
+
+
+async def downgrade(
+    dsn: str | URL | None,
+    revision: str,
+    *,
+    drop_rows: bool = False,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> str | None:
+    """``chatledger downgrade REVISION`` (``--yes``: ``drop_rows=True``):
+    :func:`downgrade_database` on an existing database; returns the revision it is at
+    afterwards (``None`` at base).
+
+    Raises:
+        DowngradeRefused: tables holding rows would be dropped and ``drop_rows`` is false
+            (exit status 1); see :func:`downgrade_database`.
+        SchemaNotReady, ConfigurationError, alembic.util.CommandError: as :func:`upgrade`
+            (exit status 2).
+        ValueError: an invalid DSN, a SQLite file that does not exist, or a bad
+            ``lock_timeout`` (exit status 2).
+    """
+    url = existing_database(dsn)
+    return await downgrade_database(url, revision, lock_timeout=lock_timeout, drop_rows=drop_rows)
+
+
+@dataclass(frozen=True)
+class Current:
+    """What :func:`current` read."""
+
+    url: URL
+    #: chatledger's revision as the database records it.
+    state: SchemaState
+    #: The newest revision this chatledger ships.
+    head: str
+    #: ``state`` against ``head``.
+    standing: Standing
+    #: For a database without a chatledger revision, what to do: ``chatledger adopt``
+    #: for zett-agent's own tables, else ``chatledger upgrade``; ``None`` otherwise.
+    remedy: str | None
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines ``chatledger current`` prints."""
+        lines = [f"database  {display(self.url)}"]
+        if self.state.revision is None:
+            lines.append(f"current   no chatledger schema: {self.remedy}")
+        else:
+            where = f" (in {LEGACY_VERSION_TABLE})" if self.state.legacy else ""
+            lines.append(f"current   {self.state.revision}{where}")
+            usable = (
+                f"chatledger code of revision {self.state.compatible_from} and newer"
+                if self.state.compatible_from
+                else "not recorded"
+            )
+            lines.append(f"usable by {usable}")
+        return [*lines, f"head      {self.head}", f"standing  {self.standing.value}"]
+
+
+async def current(dsn: str | URL | None = None) -> Current:
+    """``chatledger current``: the revision of an existing database, what it serves, the
+    head and the standing; reads only.
+
+    Raises (the CLI's exit status 2 for each):
+        ValueError: an invalid DSN, or a SQLite file that does not exist.
+        ConfigurationError: the server refused the connection or the read.
+    """
+    from .adoption import state_and_hint  # imports this module
+
+    url = existing_database(dsn)
+    state, hint = await run_on_connection(url, state_and_hint)
+    remedy = (hint or f"upgrade it {upgrade_advice(url)}") if state.revision is None else None
+    return Current(url, state, head_revision(), standing(state), remedy)
+
+
+@dataclass(frozen=True)
+class Check:
+    """What :func:`check` found."""
+
+    url: URL
+    #: chatledger's revision as the database records it.
+    state: SchemaState
+    #: ``state`` against this chatledger's head.
+    standing: Standing
+    #: ``chatledger check``'s exit status: :data:`CHECK_STATUS`, or
+    #: :data:`CHECK_PAST_COUNTER`; 0 when this chatledger can use the database.
+    status: int
+    #: One line: the standing, the command that fixes it, and any note below.
+    message: str
+    #: Sessions with raw messages past their counter row (the first few; see
+    #: :mod:`chatledger.integrity`).
+    past_counter: tuple[integrity.PastCounter, ...]
+    #: An application's own Alembic version tables beside chatledger's
+    #: (:func:`chatledger.app_alembic.app_version_tables`); the message then names the
+    #: hooks its ``env.py`` needs.
+    app_version_tables: tuple[str, ...]
+    #: Where chatledger's tables differ from what the head revision creates
+    #: (:func:`chatledger.drift.schema_drift`), for a database at head; the status is
+    #: then :data:`chatledger.drift.DRIFT_STATUS` and
+    #: :func:`chatledger.drift.fix_script` gives the SQL that fixes it.
+    drift: tuple[Drift, ...] = ()
+
+
+async def check(dsn: str | URL | None = None) -> Check:
+    """``chatledger check``: whether this chatledger can use an existing database (at its
+    head, or at a newer revision compatible with it), and whether any session holds raw
+    messages written past its counter row; reads only. The result's ``status`` is the
+    exit status (0 usable, 1 behind, 3 too new, 4 raw messages past the counter, 5
+    schema drift: a database at head whose tables differ from what the head revision
+    creates, in ``drift``), its ``message`` the line the command prints. An
+    application's Alembic version table beside chatledger's adds the hooks its
+    ``env.py`` needs to the message (the status stays).
+
+    Raises (the CLI's exit status 2 for each):
+        ValueError: an invalid DSN, or a SQLite file that does not exist.
+        ConfigurationError: the server refused the connection or the read.
+        SchemaNotReady: the version table holds several revisions.
+    """
+    from .adoption import state_and_hint  # imports this module
+
+    url = existing_database(dsn)
+
+    def read(
+        connection: Connection,
+    ) -> tuple[SchemaState, str | None, list[integrity.PastCounter], bool, list[str]]:
+        state, hint = state_and_hint(connection)
+        past: list[integrity.PastCounter] = []
+        more = False
+        if not CHECK_STATUS[standing(state)]:  # a schema this chatledger can read
+            past, more = integrity.past_counter(connection)
+        return state, hint, past, more, app_version_tables(connection)
+
+    state, hint, past, more, apps = await run_on_connection(url, read)
+    kind = standing(state)
+    status = CHECK_STATUS[kind]
+    message = describe(url, state, remedy=hint)
+    if past:
+        status = CHECK_PAST_COUNTER
+        message += f", but {integrity.describe_past_counter(past, more)}"
+    drift: list[Drift] = []
+    if kind is Standing.AT_HEAD:
+        from .drift import DRIFT_STATUS, describe_drift
+
+        drift = await schema_drift(url)
+        if drift:
+            # Before a raw log past its counter: the schema is fixed first.
+            message += (
+                f"{'; and' if status else ', but'} {describe_drift(drift)}. The SQL that fixes it is "
+                "on standard output; run it as the schema owner, after a backup"
+            )
+            status = DRIFT_STATUS
+    if apps:
+        message += f". {_app_alembic_note(apps)}"
+    return Check(url, state, kind, status, message, tuple(past), tuple(apps), tuple(drift))
+
+
+def _app_alembic_note(tables: list[str]) -> str:
+    named = ", ".join(tables)
+    return (
+        f"Beside it, {named} {'is' if len(tables) == 1 else 'are'} an application's own Alembic version "
+        f"table{'s' if len(tables) > 1 else ''}: that application's env.py must pass "
+        "include_name=chatledger.migrate.include_name and include_object=chatledger.migrate.include_object "
+        "to context.configure(), or its autogenerate drops chatledger's tables "
+        '(README, "Deploying: migrations")'
+    )
 
 
 def default_notice(dsn: str | URL | None, *, option: str = "--dsn") -> str | None:

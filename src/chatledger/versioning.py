@@ -25,7 +25,7 @@ from sqlalchemy import Column, MetaData, String, Table, delete, insert, inspect,
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.schema import CreateTable, DropTable
 
-from .dsn import as_argument, display
+from .dsn import as_argument, display, sqlite_file
 from .errors import SchemaNotReady
 from .revisions import Revisions, head_revision, revisions
 
@@ -221,6 +221,18 @@ def standing(state: SchemaState, location: str | Path | None = None) -> Standing
     return Standing.AHEAD_INCOMPATIBLE
 
 
+def upgrade_advice(url: URL) -> str:
+    """How to upgrade ``url``'s database, for a message: on a server, with the schema
+    owner's DSN (the runtime role that met the database behind cannot run DDL, and its
+    password, masked, could not be pasted); a SQLite file, which has no roles, by its URL."""
+    if sqlite_file(url) is not None:
+        return f"with `chatledger upgrade --dsn {as_argument(url)}`"
+    return (
+        "with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN` (in deploy code "
+        "`chatledger.migrate.upgrade(OWNER_DSN)`)"
+    )
+
+
 def describe(
     url: URL, state: SchemaState, location: str | Path | None = None, *, remedy: str | None = None
 ) -> str:
@@ -236,10 +248,7 @@ def describe(
         note = f" (recorded in {LEGACY_VERSION_TABLE}; `chatledger upgrade` moves it)" if state.legacy else ""
         return f"{where} is at head ({head}){note}"
     if kind is Standing.BEHIND:
-        advice = remedy or (
-            "run `alembic upgrade head` (with CHATLEDGER_DSN set) from the chatledger repository, or "
-            f"`chatledger upgrade --dsn {as_argument(url)}`, as the schema owner"
-        )
+        advice = remedy or f"upgrade it {upgrade_advice(url)}"
         return f"{where} is at revision {state.revision or '<none>'}, chatledger needs {head}; {advice}"
     if kind is Standing.AHEAD_COMPATIBLE:
         return (

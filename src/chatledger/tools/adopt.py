@@ -111,6 +111,9 @@ class AdoptReport:
     dry_run: bool = False
     #: An earlier adoption had stopped midway (MySQL/MariaDB) and this one continued it.
     resumed: bool = False
+    #: The database was chatledger's already (adopted before, or migrated by chatledger), at
+    #: :attr:`revision`: nothing was done, as an upgrade of a database at head does nothing.
+    already: bool = False
 
 
 Say = Callable[[str], None]
@@ -524,7 +527,12 @@ def plan(connection: Connection, schema: ZettSchema, rules: _Rules) -> list[Step
 
 
 def _prepare(connection: Connection, rules: _Rules, report: AdoptReport) -> list[Step]:
-    """Check everything (read only) and plan; raise :class:`NotAdoptable` with every reason."""
+    """Check everything (read only) and plan; raise :class:`NotAdoptable` with every reason.
+    No steps for a database at a revision chatledger ships (:attr:`AdoptReport.already`)."""
+    revision = migrate.current_revision(connection)
+    if revision is not None and migrate.is_known(revision):
+        report.already, report.revision = True, revision
+        return []
     if rules.lock is not None:
         from sqlalchemy import inspect
 
@@ -555,8 +563,10 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
 
     Raises:
         NotAdoptable: (a ``ValueError``) the schema or data is not zett-agent's as
-            chatledger can adopt it, or the database is chatledger's already; every
-            reason is in the message, and nothing was changed.
+            chatledger can adopt it, or the database is at a revision this chatledger
+            does not know; every reason is in the message, and nothing was changed. A
+            database at a revision it knows (adopted already) is no error: the report
+            says :attr:`AdoptReport.already`, and nothing was changed.
         AdoptionStopped: MySQL/MariaDB only: a step failed after earlier ones had
             committed; run the adoption again to continue.
         ConfigurationError: the server refused the connection (no such database,
@@ -602,7 +612,7 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
 
                 async with conn.begin():
                     steps = await conn.run_sync(_prepare, rules, report)
-                if dry_run:
+                if dry_run or report.already:
                     return report
                 tell(
                     "MySQL/MariaDB commits each ALTER TABLE on its own, so this adoption is not one "

@@ -41,12 +41,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rich.console import Console
-from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import __version__, integrity, migrate
-from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn, sqlite_file
-from ..errors import ChatledgerError, DowngradeRefused, SchemaNotReady
+from .. import __version__, migrate
+from ..drift import fix_script
+from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn
+from ..errors import ChatledgerError, DowngradeRefused
 from .words import counted
 
 #: Exit status of a usage error (argparse uses the same).
@@ -138,28 +138,9 @@ async def _upgrade(args: argparse.Namespace, console: Console) -> int:
     if args.sql:
         await asyncio.to_thread(migrate.write_upgrade_sql, url, args.revision, lock_timeout=args.lock_timeout)
         return 0
-    done = await migrate.apply_upgrade(url, args.revision, lock_timeout=args.lock_timeout)
-    if migrate.standing(done.after) is migrate.Standing.AHEAD_INCOMPATIBLE:
-        raise SchemaNotReady(migrate.describe(url, done.after))
-    _say(console, _upgraded(url, done))
+    done = await migrate.upgrade(url, args.revision, lock_timeout=args.lock_timeout)
+    _say(console, done.summary)
     return 0
-
-
-def _upgraded(url: URL, done: migrate.Upgrade) -> str:
-    """What an upgrade did, in one line."""
-    head = migrate.head_revision()
-    reached = done.after.revision
-    at = f"head ({head})" if reached == head else f"revision {_revision(reached)}"
-    moved = (
-        f"; moved its revision from {migrate.LEGACY_VERSION_TABLE} to {migrate.VERSION_TABLE}"
-        if done.before.legacy and not done.after.legacy
-        else ""
-    )
-    if done.applied:
-        return f"applied {', '.join(done.applied)} to {display(url)}: now at {at}{moved}"
-    if migrate.standing(done.after) is migrate.Standing.AHEAD_COMPATIBLE:
-        return f"{migrate.describe(url, done.after)}: nothing to apply"
-    return f"{display(url)} is already at {at}: nothing to apply{moved}"
 
 
 def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
@@ -175,128 +156,45 @@ def _configure_downgrade(parser: argparse.ArgumentParser) -> None:
 
 
 async def _downgrade(args: argparse.Namespace, console: Console) -> int:
-    url = _existing(args)
+    _note_default(args)
     try:
-        reached = await migrate.downgrade_database(
-            url, args.revision, lock_timeout=args.lock_timeout, drop_rows=args.yes
+        reached = await migrate.downgrade(
+            args.dsn, args.revision, lock_timeout=args.lock_timeout, drop_rows=args.yes
         )
     except DowngradeRefused as refused:
         print(f"chatledger downgrade: {_concrete(str(refused), args.dsn)}", file=sys.stderr)
         return 1
-    _say(console, f"{display(url)} is at revision {_revision(reached)}")
+    _say(console, f"{display(resolve_dsn(args.dsn))} is at revision {_revision(reached)}")
     return 0
 
 
-def _existing(args: argparse.Namespace) -> URL:
-    """The database of a command that reads or changes an existing one: a SQLite file
-    that does not exist is an error, and is not created."""
-    url = resolve_dsn(args.dsn)
-    _note_default(args)
-    path = sqlite_file(url)
-    if path is not None and not path.is_file():
-        raise ValueError(f"no such file: {path}")
-    return url
-
-
-async def _state(url: URL) -> tuple[migrate.SchemaState, str | None]:
-    """The database's state, and the advice to adopt zett-agent's tables it may hold."""
-    from ..adoption import state_and_hint
-
-    return await migrate.run_on_connection(url, state_and_hint)
-
-
-@dataclass(frozen=True)
-class _Checked:
-    state: migrate.SchemaState
-    hint: str | None
-    #: Sessions with raw messages past their counter row (the first few), and whether more.
-    past: list[integrity.PastCounter]
-    more: bool
-
-
-def _checked(connection: Connection) -> _Checked:
-    """``chatledger check``'s reads, in one transaction: the state and, where this
-    chatledger can use the schema, the sessions whose raw log runs past the counter."""
-    from ..adoption import state_and_hint
-
-    state, hint = state_and_hint(connection)
-    if CHECK_STATUS[migrate.standing(state)]:
-        return _Checked(state, hint, [], False)
-    past, more = integrity.past_counter(connection)
-    return _Checked(state, hint, past, more)
-
-
 async def _current(args: argparse.Namespace, console: Console) -> int:
-    url = _existing(args)
-    state, hint = await _state(url)
-    _say(console, f"database  {display(url)}")
-    if state.revision is None:
-        remedy = hint or "run `chatledger upgrade --dsn DSN`"
-        _say(console, _concrete(f"current   no chatledger schema: {remedy}", args.dsn))
-    else:
-        where = f" (in {migrate.LEGACY_VERSION_TABLE})" if state.legacy else ""
-        _say(console, f"current   {state.revision}{where}")
-        usable = (
-            f"chatledger code of revision {state.compatible_from} and newer"
-            if state.compatible_from
-            else "not recorded"
-        )
-        _say(console, f"usable by {usable}")
-    _say(console, f"head      {migrate.head_revision()}")
-    _say(console, f"standing  {migrate.standing(state).value}")
+    _note_default(args)
+    found = await migrate.current(args.dsn)
+    for line in found.lines:
+        _say(console, _concrete(line, args.dsn))
     return 0
 
 
 #: ``chatledger check`` exit status per standing: 0 this chatledger can use the database.
-CHECK_STATUS = {
-    migrate.Standing.AT_HEAD: 0,
-    migrate.Standing.AHEAD_COMPATIBLE: 0,
-    migrate.Standing.BEHIND: 1,
-    migrate.Standing.AHEAD_INCOMPATIBLE: 3,
-}
+CHECK_STATUS = migrate.CHECK_STATUS
 #: ``chatledger check`` exit status of a usable schema whose sessions hold raw messages
 #: past their counter row (written outside chatledger): appends to them fail.
-CHECK_PAST_COUNTER = 4
+CHECK_PAST_COUNTER = migrate.CHECK_PAST_COUNTER
 
 
 async def _check(args: argparse.Namespace, console: Console) -> int:
-    url = _existing(args)
-    checked = await migrate.run_on_connection(url, _checked)
-    status = CHECK_STATUS[migrate.standing(checked.state)]
-    message = migrate.describe(url, checked.state, remedy=checked.hint)
-    if checked.past:
-        status = CHECK_PAST_COUNTER
-        message += f", but {integrity.describe_past_counter(checked.past, checked.more)}"
-    if migrate.standing(checked.state) is migrate.Standing.AT_HEAD:
-        status, message = await _check_drift(url, status, message, console)
-    message = _concrete(message, args.dsn)
-    if status:
+    _note_default(args)
+    checked = await migrate.check(args.dsn)
+    if checked.drift:  # the SQL that fixes it, a script for the database's own client
+        console.file.write(fix_script(checked.drift, checked.url.get_backend_name()))
+        console.file.flush()
+    message = _concrete(checked.message, args.dsn)
+    if checked.status:
         print(f"chatledger check: {message}", file=sys.stderr)
     else:
         _say(console, message)
-    return status
-
-
-# -- check: schema drift (chatledger.drift) ---------------------------------------------
-
-
-async def _check_drift(url: URL, status: int, message: str, console: Console) -> tuple[int, str]:
-    """``check`` of a database at head: its tables against what the head revision
-    creates. Drift gets :data:`chatledger.drift.DRIFT_STATUS` (before a raw log past its
-    counter: the schema is fixed first), its differences in the message, and the SQL
-    that fixes it on standard output, a script for the database's own client."""
-    from ..drift import DRIFT_STATUS, describe_drift, fix_script
-
-    found = await migrate.schema_drift(url)
-    if not found:
-        return status, message
-    message += (
-        f"{'; and' if status else ', but'} {describe_drift(found)}. The SQL that fixes it is on "
-        "standard output; run it as the schema owner, after a backup"
-    )
-    console.file.write(fix_script(found, url.get_backend_name()))
-    console.file.flush()
-    return DRIFT_STATUS, message
+    return checked.status
 
 
 def _note_default(args: argparse.Namespace) -> None:
@@ -440,6 +338,13 @@ async def _adopt(args: argparse.Namespace, console: Console) -> int:
     from .adopt import adopt
 
     report = await adopt(args.dsn, dry_run=args.dry_run, say=lambda line: _say(console, f"- {line}"))
+    if report.already:  # as `upgrade` of a database at head: nothing to do, and no error
+        head = migrate.head_revision()
+        line = f"{report.database} is chatledger's already (revision {report.revision}): nothing to adopt"
+        if report.revision != head:
+            line += f"; upgrade it to {head} {migrate.upgrade_advice(resolve_dsn(args.dsn))}"
+        _say(console, _concrete(line, args.dsn))
+        return 0
     what = ", ".join(
         (
             counted(report.sessions, "session"),

@@ -1,0 +1,161 @@
+"""Hooks for an application's own Alembic, run against the database chatledger's tables
+live in. Re-exported from :mod:`chatledger.migrate`.
+
+An application's ``alembic revision --autogenerate`` compares its own metadata with
+every table the database holds: chatledger's tables, absent from that metadata, come
+out as ``op.drop_table``, and its next ``alembic upgrade head`` deletes every session.
+Its ``env.py`` passes these hooks to every ``context.configure()`` (Alembic's
+``include_name`` and ``include_object``, with Alembic's signatures), so that its
+autogenerate never sees chatledger's tables, their indexes and constraints, nor
+chatledger's version and compatibility tables::
+
+    from chatledger.migrate import include_name, include_object
+
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      include_name=include_name, include_object=include_object)
+
+An application with filters of its own composes them with :func:`app_hooks` (an
+object is compared only when chatledger's hook and the application's both accept it)::
+
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      **chatledger.migrate.app_hooks(include_object=my_include_object))
+
+chatledger's tables are those of :data:`chatledger.schema.metadata` plus
+:data:`~chatledger.versioning.VERSION_TABLE` and
+:data:`~chatledger.versioning.COMPATIBILITY_TABLE`, read at each call, so a table a
+new revision adds is covered with no change here. They are matched by name in any
+schema. The application keeps its own ``alembic_version`` (chatledger never uses it).
+
+:func:`app_version_tables` finds an application's version table beside chatledger's
+(``chatledger check`` then names these hooks).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from sqlalchemy import column, inspect, select, table
+from sqlalchemy.engine import Connection
+from sqlalchemy.schema import SchemaItem
+
+from .revisions import revisions
+from .schema import metadata
+from .versioning import COMPATIBILITY_TABLE, LEGACY_VERSION_TABLE, VERSION_TABLE
+
+if TYPE_CHECKING:
+    from alembic.runtime.environment import IncludeNameFn, IncludeObjectFn, NameFilterParentNames
+
+__all__ = [
+    "AppHooks",
+    "app_hooks",
+    "app_version_tables",
+    "chatledger_tables",
+    "include_name",
+    "include_object",
+]
+
+#: The one column of an Alembic version table (Alembic's own layout).
+_VERSION_COLUMN = "version_num"
+
+
+def chatledger_tables() -> frozenset[str]:
+    """The names of every table chatledger owns: the schema's and its bookkeeping tables."""
+    return frozenset(
+        {found.name for found in metadata.tables.values()} | {VERSION_TABLE, COMPATIBILITY_TABLE}
+    )
+
+
+def include_name(name: str | None, type_: str, parent_names: NameFilterParentNames) -> bool:
+    """Alembic's ``include_name`` hook (``EnvironmentContext.configure``): ``False`` for
+    a reflected chatledger table and for the indexes, constraints and columns of one,
+    ``True`` for everything else (schemas included)."""
+    ours = chatledger_tables()
+    if type_ == "table":
+        return name not in ours
+    return parent_names.get("table_name") not in ours
+
+
+def include_object(
+    object: SchemaItem,  # Alembic's own parameter name
+    name: str | None,
+    type_: str,
+    reflected: bool,
+    compare_to: SchemaItem | None,
+) -> bool:
+    """Alembic's ``include_object`` hook: ``False`` for a chatledger table, and for a
+    column, index or constraint of one, whether reflected from the database or in the
+    application's metadata; ``True`` for everything else."""
+    ours = chatledger_tables()
+    if type_ == "table":
+        return name not in ours
+    owner = getattr(object, "table", None)
+    return getattr(owner, "name", None) not in ours
+
+
+class AppHooks(TypedDict):
+    """Keyword arguments of ``context.configure()``: both hooks."""
+
+    include_name: IncludeNameFn
+    include_object: IncludeObjectFn
+
+
+def app_hooks(
+    include_name: IncludeNameFn | None = None, include_object: IncludeObjectFn | None = None
+) -> AppHooks:
+    """chatledger's hooks composed with the application's own filters, as keyword
+    arguments of ``context.configure()``: a name or object is included only when
+    chatledger's hook includes it and then the application's does (the application's
+    is never called for chatledger's tables). ``None``: chatledger's hook alone.
+
+    Raises:
+        TypeError: a filter given is not callable.
+    """
+    for field, given in (("include_name", include_name), ("include_object", include_object)):
+        if given is not None and not callable(given):
+            raise TypeError(f"{field} must be a callable (Alembic's hook signature), not {given!r}")
+    app_name, app_object = include_name, include_object
+
+    def name_hook(name: str | None, type_: Any, parent_names: NameFilterParentNames) -> bool:
+        return _include_name(name, type_, parent_names) and (
+            app_name is None or app_name(name, type_, parent_names)
+        )
+
+    def object_hook(
+        object: SchemaItem,
+        name: str | None,
+        type_: Any,
+        reflected: bool,
+        compare_to: SchemaItem | None,
+    ) -> bool:
+        return _include_object(object, name, type_, reflected, compare_to) and (
+            app_object is None or app_object(object, name, type_, reflected, compare_to)
+        )
+
+    return AppHooks(include_name=name_hook, include_object=object_hook)
+
+
+# The module-level hooks, under names the parameters of app_hooks do not shadow.
+_include_name = include_name
+_include_object = include_object
+
+
+def app_version_tables(connection: Connection) -> list[str]:
+    """The Alembic version tables in the database that are not chatledger's (an
+    application's own Alembic): tables of Alembic's layout, one ``version_num`` column,
+    other than :data:`~chatledger.versioning.VERSION_TABLE`, in the default schema;
+    sorted. Not ``alembic_version`` holding nothing but revisions chatledger ships,
+    where an older chatledger kept its revision. Reads only."""
+    inspector = inspect(connection)
+    ours = chatledger_tables()
+    found: list[str] = []
+    for (_schema, name), columns in inspector.get_multi_columns().items():
+        if name in ours or [entry["name"] for entry in columns] != [_VERSION_COLUMN]:
+            continue
+        if name == LEGACY_VERSION_TABLE:
+            rows: list[str] = list(
+                connection.scalars(select(column(_VERSION_COLUMN)).select_from(table(name)))
+            )
+            if rows and all(revisions().knows(row) for row in rows):
+                continue  # chatledger's own revision, where an older chatledger kept it
+        found.append(name)
+    return sorted(found)

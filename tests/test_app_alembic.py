@@ -1,0 +1,268 @@
+"""An application's own Alembic on the database chatledger's tables live in: its
+autogenerate, given ``chatledger.migrate.include_name`` and ``include_object`` (or
+``app_hooks`` around its own filter), sees none of chatledger's tables, and its
+``upgrade head`` leaves every session as it was; without the hooks it writes a drop
+of each. ``chatledger check`` names the hooks when it finds the application's version
+table.
+
+The application is a real Alembic project in a temporary directory: its own
+``env.py`` (Alembic's async template, with its own table and version table), run by
+``alembic.command``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import alembic
+import pytest
+from alembic import command
+from alembic.config import Config
+from alembic.operations import ops
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import URL, Connection
+from zett_agent.messages import UserMessage
+
+from chatledger.dsn import DSN_ENV
+from chatledger.migrate import (
+    VERSION_TABLE,
+    app_hooks,
+    app_version_tables,
+    chatledger_tables,
+    database_revision,
+    head_revision,
+    include_name,
+    include_object,
+    upgrade_database,
+)
+from chatledger.tools.cli import run
+from chatledger.zett import LedgerSessionStorage
+
+from .conftest import Database
+from .schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
+
+#: The application's env.py: Alembic's async template, its own table, and the hooks as
+#: ``config.attributes["hooks"]`` says: "plain" (the three lines of the README),
+#: "composed" (app_hooks around a filter of its own, and a version table of its own
+#: name), or "none" (what an application without them runs).
+APP_ENV = '''
+import asyncio
+
+from alembic import context
+from sqlalchemy import Column, Integer, MetaData, String, Table
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+import chatledger.migrate
+
+config = context.config
+target_metadata = MetaData()
+Table("app_orders", target_metadata, Column("id", Integer, primary_key=True), Column("note", String(200)))
+
+
+def app_include_object(object, name, type_, reflected, compare_to):
+    """The application's own filter: a table it keeps out of its migrations."""
+    return not (type_ == "table" and name == "app_scratch")
+
+
+hooks = config.attributes["hooks"]
+if hooks == "plain":
+    options = {
+        "include_name": chatledger.migrate.include_name,
+        "include_object": chatledger.migrate.include_object,
+    }
+elif hooks == "composed":
+    options = {
+        **chatledger.migrate.app_hooks(include_object=app_include_object),
+        "version_table": "app_version",
+    }
+else:
+    options = {}
+
+
+def do_run_migrations(connection):
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        process_revision_directives=config.attributes.get("directives"),
+        **options,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def main():
+    engine = create_async_engine(config.attributes["url"], poolclass=NullPool)
+    async with engine.connect() as connection:
+        await connection.run_sync(do_run_migrations)
+    await engine.dispose()
+
+
+asyncio.run(main())
+'''
+
+HEAD = head_revision()
+
+
+@pytest.fixture(autouse=True)
+def no_env_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DSN_ENV, raising=False)
+
+
+@pytest.fixture
+async def shared(database: Database, tmp_path: Path, session_id: str) -> AsyncIterator[URL]:
+    """A database holding chatledger's tables, a session with two raw messages and a
+    table of the application's that it keeps out of its migrations."""
+    async with fresh_database(database, tmp_path, "shared") as url:
+        await upgrade_database(url)
+        async with LedgerSessionStorage(url) as storage:
+            await storage.append(session_id, "r", UserMessage(content="keep me"))
+            await storage.append(session_id, "r", UserMessage(content="and me"))
+        await execute(url, "CREATE TABLE app_scratch (id INTEGER PRIMARY KEY)")
+        yield url
+
+
+class App:
+    """The application's Alembic project."""
+
+    def __init__(self, root: Path, url: URL, hooks: str) -> None:
+        location = root / "app_migrations"
+        (location / "versions").mkdir(parents=True)
+        (location / "env.py").write_text(textwrap.dedent(APP_ENV), encoding="utf-8")
+        template = Path(alembic.__file__).parent / "templates" / "async" / "script.py.mako"
+        shutil.copy(template, location / "script.py.mako")
+        self.config = Config()
+        self.config.set_main_option("script_location", str(location))
+        self.config.attributes.update(url=url, hooks=hooks)
+
+    async def autogenerate(self, message: str) -> tuple[list[ops.MigrateOperation], str]:
+        """``alembic revision --autogenerate``: its upgrade operations and the file written."""
+        found: list[ops.MigrateOperation] = []
+
+        def capture(context: Any, revision: Any, directives: list[ops.MigrationScript]) -> None:
+            upgrade_ops = directives[0].upgrade_ops
+            assert upgrade_ops is not None
+            found.extend(upgrade_ops.ops)
+
+        def autogenerate() -> str:
+            script = command.revision(self.config, message, autogenerate=True)
+            assert script is not None and not isinstance(script, list)
+            return Path(script.path).read_text(encoding="utf-8")
+
+        self.config.attributes["directives"] = capture
+        # The async env.py runs its own event loop: in a thread of its own.
+        return found, await asyncio.to_thread(autogenerate)
+
+    async def upgrade(self) -> None:
+        await asyncio.to_thread(command.upgrade, self.config, "head")
+
+
+def tables_touched(operations: list[ops.MigrateOperation]) -> set[str]:
+    """The tables an autogenerate's operations create, drop or change."""
+    return {str(getattr(operation, "table_name", None)) for operation in operations}
+
+
+def chatledger_rows(connection: Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every chatledger table, sorted."""
+    present = set(inspect(connection).get_table_names())
+    return {
+        name: sorted(tuple(row) for row in connection.execute(text(f"SELECT * FROM {name}")))
+        for name in sorted(chatledger_tables() & present)
+    }
+
+
+def chatledger_catalog(connection: Connection) -> dict[str, Any]:
+    return {name: entry for name, entry in catalog(connection).items() if name in chatledger_tables()}
+
+
+async def test_without_the_hooks_the_apps_autogenerate_drops_every_chatledger_table(
+    shared: URL, tmp_path: Path
+) -> None:
+    operations, source = await App(tmp_path, shared, "none").autogenerate("orders")
+    dropped = {op.table_name for op in operations if isinstance(op, ops.DropTableOp)}
+    assert dropped == chatledger_tables() | {"app_scratch"}
+    for name in chatledger_tables():
+        assert f"op.drop_table('{name}')" in source
+
+
+@pytest.mark.parametrize("hooks", ["plain", "composed"])
+async def test_the_apps_autogenerate_with_the_hooks_leaves_chatledger_alone(
+    shared: URL, tmp_path: Path, hooks: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (await on_connection(shared, chatledger_rows), await on_connection(shared, chatledger_catalog))
+    assert before[0]["raw_messages"] and before[0]["agent_sessions"]
+    app = App(tmp_path, shared, hooks)
+
+    operations, source = await app.autogenerate("orders")
+    # Plain hooks: the application's scratch table is its own business (no filter of its
+    # own, so its autogenerate drops it); composed: its own filter keeps it out too.
+    assert tables_touched(operations) == (
+        {"app_orders"} if hooks == "composed" else {"app_orders", "app_scratch"}
+    )
+    assert not any(name in source for name in chatledger_tables())
+    if hooks == "plain":  # the application removes what it does not want, as its developers would
+        source = source.replace("op.drop_table('app_scratch')", "")
+        (revision,) = (tmp_path / "app_migrations" / "versions").glob("*.py")
+        revision.write_text(source)
+    await app.upgrade()
+
+    after = (await on_connection(shared, chatledger_rows), await on_connection(shared, chatledger_catalog))
+    assert after == before
+    assert await database_revision(shared) == HEAD
+    again, _ = await app.autogenerate("nothing")
+    assert tables_touched(again) <= {"app_scratch"}
+    assert not tables_touched(again) & chatledger_tables()
+
+    # chatledger check sees the application's version table and names the hooks.
+    app_version = "app_version" if hooks == "composed" else "alembic_version"
+    assert await run(["check", "--dsn", dsn_of(shared)]) == 0
+    out = capsys.readouterr().out
+    assert f"is at head ({HEAD}). Beside it, {app_version} is an application's own Alembic" in out
+    assert "include_name=chatledger.migrate.include_name" in out and VERSION_TABLE not in out
+
+
+async def test_check_names_no_hook_without_an_apps_version_table(
+    shared: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run(["check", "--dsn", dsn_of(shared)]) == 0
+    assert "include_name" not in capsys.readouterr().out
+
+
+def test_the_hooks_cover_every_table_of_the_schema_metadata() -> None:
+    from chatledger.schema import metadata
+
+    assert chatledger_tables() == {*metadata.tables, VERSION_TABLE, "chatledger_compatibility"}
+    for name in chatledger_tables():
+        assert not include_name(name, "table", {"schema_name": None})
+        assert not include_name(f"ix_{name}_x", "index", {"table_name": name, "schema_name": None})
+        assert not include_object(metadata.tables.get(name), name, "table", True, None)  # type: ignore[arg-type]
+    for table in metadata.tables.values():
+        for index in table.indexes:
+            assert not include_object(index, index.name, "index", False, None)
+        for column in table.columns:
+            assert not include_object(column, column.name, "column", False, None)
+    assert include_name("app_orders", "table", {"schema_name": None})
+    assert include_name("public", "schema", {})
+
+
+def test_app_hooks_refuse_what_is_not_callable() -> None:
+    with pytest.raises(TypeError, match="include_object must be a callable"):
+        app_hooks(include_object="app_scratch")  # type: ignore[arg-type]
+
+
+async def test_app_version_tables_are_alembics_layout_but_not_chatledgers(shared: URL) -> None:
+    create = "CREATE TABLE {} (version_num VARCHAR(32) NOT NULL)"
+    # Where an older chatledger kept its revision: chatledger's, not an application's.
+    await execute(shared, create.format("alembic_version"), "INSERT INTO alembic_version VALUES ('0001')")
+    assert await on_connection(shared, app_version_tables) == []
+    await execute(
+        shared,
+        "INSERT INTO alembic_version VALUES ('3f2a9c1b7e4d')",
+        create.format("billing_version"),
+        "CREATE TABLE notes (version_num VARCHAR(32) NOT NULL, body VARCHAR(20))",
+    )
+    assert await on_connection(shared, app_version_tables) == ["alembic_version", "billing_version"]
