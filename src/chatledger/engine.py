@@ -29,8 +29,10 @@ from .dsn import as_argument, display, resolve_dsn, sqlite_file
 from .errors import (
     AUTO_UPGRADE_HINT,
     ConfigurationError,
+    DatabaseError,
     OutcomeUnknown,
     SchemaNotReady,
+    StatementTooLarge,
     StorageUnavailable,
 )
 from .options import LedgerOptions
@@ -301,7 +303,7 @@ class Ledger:
                     connect_args.update(self.rules.pgbouncer_connect_args())
                 try:
                     state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
-                except (SQLAlchemyError, OSError) as error:
+                except (DatabaseError, StorageUnavailable, SQLAlchemyError, OSError) as error:
                     cause = getattr(error, "orig", None) or error
                     if standing is migrate.Standing.BEHIND:
                         raise SchemaNotReady(
@@ -508,12 +510,12 @@ class Ledger:
                 return result
             failure = dialects.classify(self.rules, error)
             if failure is dialects.Failure.TOO_LARGE:
-                raise ValueError(
+                raise StatementTooLarge(
                     f"the database refused the statement as too large (statement_limit "
-                    f"{self.statement_limit} bytes); nothing was written: {error.orig}"
+                    f"{self.statement_limit} bytes); nothing was written: {error.orig}",
+                    code=dialects.error_code(error, self.rules),
+                    server_message=str(error.orig),
                 ) from error
-            if failure is dialects.Failure.CONFIGURATION:
-                raise dialects.configuration_error(self.rules, error, self.url) from error
             if failure is dialects.Failure.SCHEMA:
                 # The revision check passed, yet a table or column is missing: check again
                 # on the next call (the database may have been downgraded or replaced).
@@ -532,7 +534,10 @@ class Ledger:
                 raise _Retry(error, dialects.error_code(error)) from error
             if failure is dialects.Failure.CONNECTION:
                 raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
-            raise
+            # Every other code, listed or not, becomes a chatledger error. A write's own
+            # key clash becomes ConstraintViolation, which Ledger._run settles before it
+            # is raised, as it settled the IntegrityError before.
+            raise dialects.database_error(self.rules, error, self.url) from error
         except PoolTimeout as error:
             within = (
                 f"the engine's pool_timeout ({self.engine.pool.status()})"
@@ -543,6 +548,10 @@ class Ledger:
             raise StorageUnavailable(
                 f"no connection to {display(self.url)} became free within {within}"
             ) from error
+        except SQLAlchemyError as error:  # SQLAlchemy's own, with no driver error under it
+            if committed:
+                return result
+            raise dialects.database_error(self.rules, error, self.url) from error
         except OSError as error:  # the socket under the driver: refused, reset, timed out
             if committed:
                 return result

@@ -142,7 +142,7 @@ async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = dialects.create_engine(url, poolclass=NullPool)
     try:
-        with dialects.configuration_refusals(url):
+        with dialects.database_errors(url):
             async with engine.begin() as connection:
                 return await connection.run_sync(work)
     finally:
@@ -176,7 +176,7 @@ async def run_locked(
     engine = dialects.create_engine(url, poolclass=NullPool, connect_args=dict(connect_args or {}))
     dialects.configure_migration_engine(engine, lock_timeout=lock_timeout)
     try:
-        with dialects.configuration_refusals(url, statements=False):
+        with dialects.database_errors(url, statements=False):
             async with (
                 engine.connect() as connection,
                 dialects.migration_transaction(connection, lock_timeout) as locked,
