@@ -365,8 +365,10 @@ class Ledger:
 
         Retried (within ``retry_timeout`` seconds, see
         :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
-        lock waits past ``lock_timeout``, busy SQLite files, and connections lost or
-        refused before the COMMIT was sent -- all of which left nothing committed.
+        lock waits past ``lock_timeout`` or ended by the server's statement time limit
+        (PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``), busy SQLite
+        files, and connections lost or refused before the COMMIT was sent -- all of
+        which left nothing committed.
 
         ``settle`` makes the write exactly-once across an ambiguous failure (the
         connection lost while the COMMIT was under way): it looks the write up by the
@@ -386,10 +388,19 @@ class Ledger:
             ConfigurationError: the server refused the configuration (database, login,
                 privilege), or a caller's engine cannot serve the call (see ``engine``
                 above); never retried.
-            ValueError: the server refused a statement as too large; nothing written.
+            StatementTooLarge: (a ``ValueError``) the server refused a statement as
+                too large; nothing written.
             SchemaNotReady: the database is not at a revision this chatledger runs on,
                 or lacks a table or column it uses (a hand-made or hand-changed
                 schema); the message names ``chatledger check``. Nothing written.
+            DatabaseUnwritable: the database is read-only or full; never retried,
+                nothing written; the message says what to do.
+            ConstraintViolation: a row of ``work`` broke a constraint, and ``settle``
+                (when given) found no earlier commit of this write; nothing written.
+            DatabaseError: any other refusal, whatever its code (carried as ``code``,
+                with the server's message and the SQLAlchemy error as ``__cause__``);
+                never retried, nothing written. No SQLAlchemy or driver error leaves
+                this call (:func:`chatledger.dialects.database_error`).
         """
         return await self._run(work, write=True, settle=settle, write_id=write_id)
 
@@ -490,9 +501,9 @@ class Ledger:
     async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
         """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
         read (:attr:`DialectRules.snapshot_read`), or one with ``options`` instead. A
-        failure a retry can cure raises :class:`_Retry`; a configuration, size or schema
-        failure its own error (``ConfigurationError``, ``ValueError``,
-        ``SchemaNotReady``); anything else is ``work``'s own."""
+        failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
+        its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
+        by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         committing = committed = False
         try:
             engine = self._writer if write else self._reader

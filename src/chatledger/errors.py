@@ -3,6 +3,12 @@
 All of them are ``ValueError``, ``TypeError`` or ``RuntimeError`` subclasses, so
 code written against zett-agent's storage contract (which raises ``ValueError`` for a
 stale snapshot version or a bad session type) keeps working unchanged.
+
+Every error a database or its driver raises becomes one of these: the ones a retry
+cures are retried first (:class:`StorageUnavailable` when the budget runs out), and
+the rest are mapped by :func:`chatledger.dialects.database_error`, whose last resort
+is :class:`DatabaseError`, carrying the code. No ``sqlalchemy.exc`` error leaves a
+public call (``tests/test_no_raw_errors.py``).
 """
 
 from __future__ import annotations
@@ -93,9 +99,11 @@ class StorageUnavailable(ChatledgerError, RuntimeError):
     """The database could not complete a call within the retry budget
     (``retry_timeout`` seconds, lock waits of up to ``lock_timeout`` included): the
     server is unreachable, or kept failing transiently (deadlocks, serialization
-    failures, lock timeouts); or no pooled connection became free within
-    ``pool_timeout``. Nothing from the call was committed (see :class:`OutcomeUnknown`
-    for the one case where that cannot be known); repeating the call is safe."""
+    failures, lock timeouts, statements ended by the server's time limit); or no
+    pooled connection became free within ``pool_timeout``. Nothing from the call was
+    committed (see :class:`OutcomeUnknown` for the one case where that cannot be
+    known); repeating the call is safe. (From a path that runs no retries -- the
+    schema commands, the tools -- one such failure raises it at once.)"""
 
 
 class OutcomeUnknown(StorageUnavailable):
