@@ -25,7 +25,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from zett_agent.messages import UserMessage
 
+from chatledger import migrate
 from chatledger.errors import DatabaseUnwritable
+from chatledger.options import MAX_LOCK_TIMEOUT
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import sessions_table
 from chatledger.tools.cli import run
@@ -282,3 +284,15 @@ async def test_pages_at_the_64_bit_edge(
         await store.asave(session_id, Session())
         assert await store.alist_sessions(offset=edge) == []
         assert session_id in {info.id for info in await store.alist_sessions(limit=edge)}
+
+
+async def test_lock_timeout_is_bounded_by_the_smallest_server_limit(database: Database) -> None:
+    """PostgreSQL refuses a ``lock_timeout`` past 2^31 - 1 ms when a connection opens;
+    the option is refused before that, naming its limit, and the limit itself works."""
+    with pytest.raises(ValueError, match="lock_timeout"):
+        LedgerSessionStorage(database.url, lock_timeout=MAX_LOCK_TIMEOUT + 1)
+    with pytest.raises(ValueError, match="lock_timeout must be a positive number of seconds up to"):
+        await migrate.upgrade_database(database.url, lock_timeout=MAX_LOCK_TIMEOUT * 10)
+    async with LedgerSessionStorage(database.url, lock_timeout=MAX_LOCK_TIMEOUT) as storage:
+        assert (await storage.load("nobody")).raw_tail == []
+    assert await migrate.upgrade_database(database.url, lock_timeout=MAX_LOCK_TIMEOUT)

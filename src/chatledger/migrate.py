@@ -52,6 +52,7 @@ from sqlalchemy.engine import URL, Connection
 from . import dialects
 from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
 from .errors import DowngradeRefused, SchemaNotReady
+from .options import MAX_LOCK_TIMEOUT
 from .revisions import (
     Revisions,
     alembic_config,
@@ -190,8 +191,11 @@ async def run_locked(
 
 def _check_lock_timeout(lock_timeout: float) -> None:
     # 0 and negative values mean "no wait" to some servers and "forever" to others.
-    if not (isinstance(lock_timeout, int | float) and 0 < lock_timeout < float("inf")):
-        raise ValueError(f"lock_timeout must be a positive number of seconds, not {lock_timeout!r}")
+    if not (isinstance(lock_timeout, int | float) and 0 < lock_timeout <= MAX_LOCK_TIMEOUT):
+        raise ValueError(
+            f"lock_timeout must be a positive number of seconds up to {MAX_LOCK_TIMEOUT:g}, "
+            f"not {lock_timeout!r}"
+        )
 
 
 def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
