@@ -66,7 +66,11 @@ async def server_database(database: Database) -> AsyncIterator[URL]:
 
 
 async def test_postgresql_read_only_database(
-    database: Database, server_database: URL, session_id: str, capsys: pytest.CaptureFixture[str]
+    database: Database,
+    server_database: URL,
+    session_id: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
     if database.backend != "postgresql":
         pytest.skip("PostgreSQL's default_transaction_read_only")
@@ -76,6 +80,12 @@ async def test_postgresql_read_only_database(
         pytest.skip("psycopg's BEGIN READ WRITE overrides default_transaction_read_only")
     async with LedgerSessionStorage(server_database) as storage:
         await storage.append(session_id, "r", message())
+    elsewhere = f"{session_id}-elsewhere"
+    async with LedgerSessionStorage(database.url) as storage:
+        await storage.append(elsewhere, "r", message())
+    export = tmp_path / "elsewhere.jsonl"
+    source = database.url.render_as_string(hide_password=False)
+    assert await run(["export", "--dsn", source, "--session", elsewhere, "-o", str(export)]) == 0
     assert database.server is not None
     await database.server.execute(
         f"ALTER DATABASE {server_database.database} SET default_transaction_read_only = on"
@@ -90,9 +100,11 @@ async def test_postgresql_read_only_database(
         assert len((await storage.load(session_id)).raw_tail) == 1  # reads go on
     # The CLI says it in one line, exit 2, no traceback.
     dsn = server_database.render_as_string(hide_password=False)
-    assert await run(["sessions", "delete", session_id, "--dsn", dsn, "--yes"]) == 2
-    err = capsys.readouterr().err
-    assert "read-only" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    capsys.readouterr()
+    for command in (["sessions", "delete", session_id, "--yes"], ["import", str(export)]):
+        assert await run([*command, "--dsn", dsn]) == 2
+        err = capsys.readouterr().err
+        assert "read-only" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
 async def test_mysql_read_only_transactions(

@@ -6,7 +6,9 @@ SQLAlchemy's dialect name (and by driver where a dialect has two: PostgreSQL's a
 and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
-or column missing from the schema), the isolation of a snapshot-consistent read, the
+or column missing from the schema, a read-only or full database; any other code is a
+:class:`chatledger.errors.DatabaseError`: :func:`database_error` maps every one), the
+filter on a list of any length (:attr:`DialectRules.any_of`), the isolation of a snapshot-consistent read, the
 greater of two instants (``updated_at`` never moves back), the schema lock of
 migrations (online, and in the scripts of ``--sql``), the table locks of a downgrade
 that drops tables, and the set-up of every new connection (lock timeouts; SQLite's
@@ -549,8 +551,8 @@ class DialectRules:
     #: ``column IN values`` for a list of integers of any length, without one bound
     #: parameter per value (servers and drivers cap those: asyncpg at 32,767, SQLite
     #: at 32,766): see :func:`_any_of_array` and its siblings.
-    any_of: Callable[[ColumnElement[int], Sequence[int]], ColumnElement[bool]] = lambda column, values: (
-        column.in_(values)
+    any_of: Callable[[ColumnElement[int], Sequence[int]], ColumnElement[bool]] = field(
+        default=lambda column, values: column.in_(values)
     )
 
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
