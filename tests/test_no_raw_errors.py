@@ -12,6 +12,7 @@ statement before it runs, so a failed call committed nothing)."""
 
 from __future__ import annotations
 
+import os
 import random
 import string
 import uuid
@@ -23,7 +24,7 @@ import pytest
 from rein.session import Session
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
@@ -34,8 +35,9 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 
-#: Calls per backend, and the share of statements the hook fails while one runs.
-STEPS = 80
+#: Calls per backend (``CHATLEDGER_RAW_ERRORS_STEPS`` for a longer soak), and the share
+#: of statements the hook fails while one runs.
+STEPS = int(os.environ.get("CHATLEDGER_RAW_ERRORS_STEPS", "80"))
 FAIL_RATE = 0.2
 
 #: Codes of each backend: every listed class, and codes chatledger lists nowhere.
@@ -169,6 +171,8 @@ async def test_no_public_call_lets_a_sqlalchemy_error_out(database: Database, in
                     result = await call()
                 except Exception as error:
                     injector.on = False
+                    if _injected_clash(name, error):
+                        continue
                     assert isinstance(error, ChatledgerError), f"step {step} {name}: {error!r}"
                     assert not isinstance(error, SQLAlchemyError)
                     if isinstance(error, DatabaseError):
@@ -182,6 +186,20 @@ async def test_no_public_call_lets_a_sqlalchemy_error_out(database: Database, in
 
 
 Call = Callable[[], Awaitable[Any]]
+
+
+def _injected_clash(name: str, error: Exception) -> bool:
+    """``create_session``'s documented ``ValueError`` ("Session already exists") for an
+    IntegrityError on its INSERT, which can only be the id's primary key -- here one
+    the hook made up: the INSERT never ran, so nothing changed."""
+    context = error.__context__
+    return (
+        name == "create"
+        and type(error) is ValueError
+        and str(error).startswith("Session already exists")
+        and isinstance(context, IntegrityError)
+        and "injected failure" in str(context)
+    )
 
 
 def _operation(
