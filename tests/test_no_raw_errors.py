@@ -282,6 +282,7 @@ def _operation(
             lambda: migrate.database_revision(url),
             lambda: migrate.database_state(url),
             lambda: migrate.upgrade_database(url),
+            lambda: migrate.downgrade_database(url, migrate.head_revision()),  # at head: no step
         ]
         return kind, rng.choice(calls), nothing
     return "list", lambda: storage.list_sessions(session_types=[0, 1, 2], limit=10), nothing
