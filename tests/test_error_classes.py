@@ -32,6 +32,7 @@ from zett_agent.messages import ToolMessage, UserMessage
 from chatledger import ConfigurationError, SnapshotConflict
 from chatledger.dialects import Failure, classify
 from chatledger.engine import Ledger
+from chatledger.errors import DatabaseError
 from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
@@ -126,13 +127,15 @@ async def test_psycopg_tells_a_stale_statement_by_the_server_routine(
         # The same error worded in another language is still transient.
         stale.orig.args = ("el plan en caché no debe cambiar el tipo de resultado",)  # type: ignore[union-attr]
         assert classify(storage.ledger.rules, stale) is Failure.TRANSIENT
-        # Another feature_not_supported is the statement's own failure, never retried.
-        with pytest.raises(DBAPIError) as other:
+        # Another feature_not_supported is the statement's own failure, never retried:
+        # a DatabaseError carrying the SQLSTATE, the driver's error as its cause.
+        with pytest.raises(DatabaseError) as other:
             await storage.ledger.read(
                 lambda conn: conn.exec_driver_sql("SELECT count(*) FROM agent_sessions FOR UPDATE")
             )
-        assert other.value.orig.sqlstate == "0A000"  # type: ignore[union-attr]
-        assert classify(storage.ledger.rules, other.value) is Failure.OTHER
+        assert other.value.code == "0A000"
+        assert isinstance(other.value.__cause__, DBAPIError)
+        assert classify(storage.ledger.rules, other.value.__cause__) is Failure.OTHER
         assert storage.ledger.retries == 1
 
 

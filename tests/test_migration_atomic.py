@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from chatledger import SchemaNotReady
+from chatledger import DatabaseError, SchemaNotReady
 from chatledger import revisions as revisions_module
 from chatledger.engine import Ledger
 from chatledger.migrate import SchemaState, database_state, head_revision, revisions, upgrade_database
@@ -83,7 +83,8 @@ async def upgrade_via(
     if entry == "chatledger upgrade":
         try:
             await upgrade_database(url, script_location=location)
-        except DBAPIError:
+        except DatabaseError as error:
+            assert isinstance(error.__cause__, DBAPIError)
             return False
         return True
     if entry == "alembic upgrade":
@@ -164,12 +165,12 @@ async def test_mysql_failed_revision_is_not_undone(
         pytest.skip("the transactional backends undo a failed revision")
     await upgrade_database(fresh_url, head_revision(), script_location=location)
 
-    with pytest.raises(DBAPIError, match="no_such_column"):
+    with pytest.raises(DatabaseError, match="no_such_column"):
         await upgrade_database(fresh_url, script_location=location, lock_timeout=30)
     assert await database_state(fresh_url, location) == SHIPPED_HEAD
     assert "half_done" in await on_connection(fresh_url, table_names)
 
     fixed(location)
-    with pytest.raises(DBAPIError, match="1050"):  # ER_TABLE_EXISTS_ERROR: half_done
+    with pytest.raises(DatabaseError, match="1050"):  # ER_TABLE_EXISTS_ERROR: half_done
         await upgrade_database(fresh_url, script_location=location, lock_timeout=30)
     assert await database_state(fresh_url, location) == SHIPPED_HEAD

@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 from zett_agent.messages import UserMessage
 from zett_agent.storage import SQLSessionStorage
 
-from chatledger import ChatledgerError, CorruptData
+from chatledger import ChatledgerError, ConstraintViolation, CorruptData
 from chatledger.dsn import DSN_ENV
 from chatledger.integrity import REPAIR, REPAIR_DELETED
 from chatledger.schema import raw_messages_table
@@ -91,7 +91,9 @@ async def test_an_append_after_outside_writes_names_them_and_writes_nothing(
         error = raised.value
         message = str(error)
         assert isinstance(error, ChatledgerError) and isinstance(error, ValueError)
-        assert isinstance(error.__cause__, IntegrityError)  # kept as the cause, not raised
+        # The driver's IntegrityError is kept as the cause of the cause, never raised.
+        assert isinstance(error.__cause__, ConstraintViolation)
+        assert isinstance(error.__cause__.__cause__, IntegrityError)
         assert repr(ids[0]) in message and "sequence 8" in message and "last_sequence 7" in message
         assert "written outside chatledger" in message and "zett-agent's own store" in message
         assert "chatledger check --dsn " in message and "\n" not in message

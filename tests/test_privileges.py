@@ -24,13 +24,12 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, event, inspect, select, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import AssistantMessage, UserMessage
 
-from chatledger import ConfigurationError, SchemaNotReady
+from chatledger import ConfigurationError, DatabaseError, SchemaNotReady
 from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, upgrade_database
 from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
@@ -171,7 +170,7 @@ async def test_runtime_role_never_migrates_an_unmigrated_database(deployment: De
     assert await _tables(deployment.admin) == set()
 
     # Migrating is the owner's job: the runtime role lacks the privilege.
-    with pytest.raises(DBAPIError, match=r"(?i)denied"):
+    with pytest.raises(DatabaseError, match=r"(?i)denied"):
         await upgrade_database(deployment.runtime)
     assert await _tables(deployment.admin) == set()
 

@@ -6,9 +6,12 @@ SQLAlchemy's dialect name (and by driver where a dialect has two: PostgreSQL's a
 and psycopg, :data:`RULES_BY_DRIVER`): the append (sequence allocation and insert), the
 rein-session upsert, the meaning of each error code (transient and safe to retry, a
 lost connection, a configuration the server refuses, a statement too large, a table
-or column missing from the schema), the isolation of a snapshot-consistent read, the
-greater of two instants (``updated_at`` never moves back), the byte order of ids
-and whether ``LIKE`` is exact (an id prefix's match), the schema lock of
+or column missing from the schema, a read-only or full database; any other code is a
+:class:`chatledger.errors.DatabaseError`: :func:`database_error` maps every one), the
+filter on a list of any length (:attr:`DialectRules.any_of`), the isolation of a
+snapshot-consistent read, the greater of two instants (``updated_at`` never moves
+back), the byte order of ids and whether ``LIKE`` is exact (an id prefix's match), the
+schema lock of
 migrations (online, and in the scripts of ``--sql``), the table locks of a downgrade
 that drops tables, and the set-up of every new connection (lock timeouts; SQLite's
 pragmas, explicit transactions and the clean-up of a cancelled statement; Galera's
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import logging
 import math
 import re
@@ -37,14 +41,38 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, event, func, or_, select, text
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    String,
+    and_,
+    any_,
+    bindparam,
+    case,
+    event,
+    func,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, ExceptionContext
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .dsn import display
-from .errors import ConfigurationError, missing_extra
+from .errors import (
+    ChatledgerError,
+    ConfigurationError,
+    ConstraintViolation,
+    DatabaseError,
+    DatabaseUnwritable,
+    SchemaNotReady,
+    StatementTooLarge,
+    StorageUnavailable,
+    missing_extra,
+)
 from .options import LedgerOptions
 from .schema import raw_messages_table, rein_sessions_table, sessions_table
 
@@ -353,7 +381,14 @@ class Failure(enum.Enum):
     #: A table or column the statement names does not exist: the database's schema
     #: is not the one the migrations create (older, hand-made, or changed by hand).
     SCHEMA = "schema"
-    #: Anything else: the statement's own failure (a constraint, a syntax error).
+    #: The database refuses writes: a read-only server, database, transaction or file.
+    READ_ONLY = "read-only"
+    #: The database is out of space: disk, tablespace or page limit full.
+    FULL = "full"
+    #: A constraint of the schema refused a row (a duplicate key): the DBAPI's
+    #: ``IntegrityError`` class (PEP 249), whatever its code.
+    CONSTRAINT = "constraint"
+    #: Anything else, known or not: a code none of the rules lists.
     OTHER = "other"
 
 
@@ -466,6 +501,18 @@ class DialectRules:
     #: Parts of driver messages that say the same, where the code does not (SQLite
     #: reports every such error as its generic ``SQLITE_ERROR``).
     schema_messages: tuple[str, ...] = ()
+    #: Driver error codes of a database that refuses writes (read-only).
+    read_only_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a database out of space.
+    full_codes: frozenset[str | int] = frozenset()
+    #: What to do about a read-only database, for :class:`chatledger.errors.DatabaseUnwritable`.
+    read_only_hint: str = (
+        "point the DSN at a writable primary (not a replica or standby), or make the database writable again"
+    )
+    #: What to do about a full database.
+    full_hint: str = "free disk space on the database server, or raise its storage limit"
+    #: How an error code is named in a message ("SQLSTATE", "error", "SQLite result code").
+    code_name: str = "error"
     #: Driver error codes of a table that does not exist (any more): a migration
     #: dropped it between the listing of the tables and the read. None on SQLite,
     #: whose read transaction lists and reads from one snapshot.
@@ -516,11 +563,37 @@ class DialectRules:
     #: ``substr`` and ``=`` (:func:`chatledger.selection.id_prefix`).
     literal_like: bool = True
 
+    #: ``column IN values`` for a list of integers of any length, without one bound
+    #: parameter per value (servers and drivers cap those: asyncpg at 32,767, SQLite
+    #: at 32,766): see :func:`_any_of_array` and its siblings.
+    any_of: Callable[[ColumnElement[int], Sequence[int]], ColumnElement[bool]] = field(
+        default=lambda column, values: column.in_(values)
+    )
+
     def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
         """The later of a stored instant and ``now``, computed in the statement: what an
         ``updated_at`` is set to, so that it never moves back, whatever the writer's
         clock says or however long its retries took."""
         return self.greatest(stored, bindparam(None, now, type_=stored.type), type_=stored.type)
+
+
+def _any_of_array(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
+    """PostgreSQL: ``column = ANY(:values)``, the values bound as one integer array."""
+    return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(BigInteger)))
+
+
+def _any_of_json(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
+    """SQLite: ``column IN (SELECT value FROM json_each(:values))``, the values bound as
+    one JSON array (JSON is built into SQLite from 3.38)."""
+    each = func.json_each(bindparam(None, json.dumps(list(values)), type_=String)).table_valued("value")
+    return column.in_(select(each.c.value))
+
+
+def _any_of_literals(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
+    """MySQL/MariaDB: ``column IN (1, 2, …)``; aiomysql renders the values into the
+    statement text itself (no server-side parameters, so no parameter limit), bounded
+    by ``max_allowed_packet`` only, which a list of integers meets first at millions."""
+    return column.in_(values)
 
 
 def _lock_timeout_ms(options: LedgerOptions) -> str:
@@ -718,17 +791,38 @@ RULES: dict[str, DialectRules] = {
         save_rein_session=_save_rein_postgresql,
         greatest=func.greatest,
         order_live_by_tombstone=True,
-        # serialization_failure, deadlock_detected, lock_not_available (lock_timeout)
-        transient_codes=frozenset({"40001", "40P01", "55P03"}),
+        # serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+        # query_canceled: statement_timeout (or a cancel request) ended the statement,
+        # most often in a lock wait, and the transaction is rolled back as for 55P03.
+        transient_codes=frozenset({"40001", "40P01", "55P03", "57014"}),
         # A prepared statement cached on a pooled connection whose result type an
         # online migration changed (SQLSTATE 0A000 of this class only): the
         # transaction was rolled back and SQLAlchemy has dropped the stale caches.
         transient_exceptions=frozenset({"InvalidCachedStatementError"}),
         # SQLSTATE class 08 (connection exceptions), too_many_connections,
         # admin_shutdown, crash_shutdown, cannot_connect_now (starting up / shutting down)
+        # ... and idle_in_transaction_session_timeout, idle_session_timeout (the server
+        # closed the connection).
         unavailable_codes=frozenset(
-            {"08000", "08001", "08003", "08004", "08006", "53300", "57P01", "57P02", "57P03"}
+            {
+                "08000",
+                "08001",
+                "08003",
+                "08004",
+                "08006",
+                "53300",
+                "57P01",
+                "57P02",
+                "57P03",
+                "25P03",
+                "57P05",
+            }
         ),
+        # read_only_sql_transaction (default_transaction_read_only, a hot standby)
+        read_only_codes=frozenset({"25006"}),
+        full_codes=frozenset({"53100"}),  # disk_full
+        code_name="SQLSTATE",
+        any_of=_any_of_array,
         configuration_hints={
             "3D000": _DATABASE_HINT,  # invalid_catalog_name
             "28000": _LOGIN_HINT,  # invalid_authorization_specification (unknown role)
@@ -759,7 +853,18 @@ RULES: dict[str, DialectRules] = {
         # since it was read"): MariaDB's snapshot isolation (innodb_snapshot_isolation,
         # on by default from 11.8) rolls a write back with it when another transaction
         # changed the row after this one's snapshot.
-        transient_codes=frozenset({1213, 1205, 1020}),
+        # ... and statements their time limit ended, most often in a lock wait:
+        # ER_STATEMENT_TIMEOUT (MariaDB max_statement_time), ER_QUERY_TIMEOUT (MySQL
+        # max_execution_time), ER_QUERY_INTERRUPTED (KILL QUERY). The statement was
+        # rolled back, and the ledger rolls its whole transaction back before a retry.
+        transient_codes=frozenset({1213, 1205, 1020, 1969, 3024, 1317}),
+        # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_OPTION_PREVENTS_STATEMENT
+        # (read_only, super_read_only), ER_READ_ONLY_MODE (innodb_read_only),
+        # ER_OPEN_AS_READONLY
+        read_only_codes=frozenset({1792, 1290, 1836, 1036}),
+        # ER_RECORD_FILE_FULL ("The table is full"), ER_DISK_FULL
+        full_codes=frozenset({1114, 1021}),
+        any_of=_any_of_literals,
         # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
         # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
         # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
@@ -797,6 +902,20 @@ RULES: dict[str, DialectRules] = {
         greatest=func.max,
         # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
         transient_codes=frozenset({5, 6}),
+        # SQLITE_READONLY (a mode=ro or immutable URI, PRAGMA query_only, a file this
+        # process may not write), SQLITE_CANTOPEN (the file, or the -wal / -shm files a
+        # WAL database needs even to be read, cannot be opened: the same, seen earlier)
+        read_only_codes=frozenset({8, 14}),
+        full_codes=frozenset({13}),  # SQLITE_FULL: the disk, or max_page_count
+        read_only_hint=(
+            "this process cannot write the SQLite file or the directory it is in (file or "
+            "directory permissions, a read-only mount, a mode=ro or immutable URI, PRAGMA "
+            "query_only); in WAL mode SQLite writes the -wal and -shm files beside the file even "
+            "to read it: give this process write access to the file and its directory"
+        ),
+        full_hint="free disk space where the SQLite file lives, or raise PRAGMA max_page_count",
+        code_name="SQLite result code",
+        any_of=_any_of_json,
         # A deferred read transaction in WAL mode sees one snapshot and blocks no writer.
         snapshot_read={"chatledger_sqlite_begin": "DEFERRED"},
         # A write takes the write lock when it begins, before its first statement, so
@@ -961,6 +1080,12 @@ def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
         return Failure.TRANSIENT
     if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
         return Failure.CONNECTION
+    if code in found.read_only_codes:
+        return Failure.READ_ONLY
+    if code in found.full_codes:
+        return Failure.FULL
+    if isinstance(error, IntegrityError):
+        return Failure.CONSTRAINT
     return Failure.OTHER
 
 
@@ -985,6 +1110,125 @@ def configuration_error(dialect: str | DialectRules, error: DBAPIError, url: URL
     return ConfigurationError(
         f"{display(url)}: {configuration_hint(dialect, error, url)}. The server said: {error.orig}"
     )
+
+
+def _server_words(error: BaseException) -> str:
+    """The driver's (the server's) own message of ``error``, on one line, without
+    SQLAlchemy's statement and help link."""
+    orig = getattr(error, "orig", None)
+    words = str(orig if orig is not None else error) or type(orig or error).__name__
+    if orig is None:  # SQLAlchemy's own message: its first line, without the help link
+        words = words.split("\n")[0]
+    return " ".join(words.split())
+
+
+def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL) -> ChatledgerError:
+    """The chatledger error of any SQLAlchemy error ``error`` met on the database at
+    ``url`` (raise it ``from error``): the one total mapping from a database's refusal
+    to what the caller sees, for every path that does not retry (the importer, the
+    schema commands, the CLI). :class:`chatledger.engine.Ledger` retries the transient
+    ones first and then uses this mapping for the rest.
+
+    By :func:`classify`:
+
+    - ``TRANSIENT``, ``CONNECTION``; a pool timeout: :class:`StorageUnavailable`
+      (nothing committed, unless a COMMIT was under way: try again);
+    - ``CONFIGURATION``: :func:`configuration_error`;
+    - ``TOO_LARGE``: :class:`StatementTooLarge` (a ``ValueError``);
+    - ``SCHEMA``: :class:`SchemaNotReady`, naming ``chatledger check``;
+    - ``READ_ONLY``, ``FULL``: :class:`DatabaseUnwritable`, with what to do;
+    - ``CONSTRAINT``: :class:`ConstraintViolation`;
+    - ``OTHER``, and SQLAlchemy's own errors without a driver error
+      (``ResourceClosedError``, ``InvalidRequestError``...): :class:`DatabaseError`.
+
+    Every :class:`DatabaseError` carries the code (SQLSTATE, MySQL error number,
+    SQLite result code; ``None`` if there is none) and the driver's message.
+    """
+    found = _rules_of(dialect)
+    where = display(url)
+    if isinstance(error, PoolTimeout):
+        return StorageUnavailable(f"no connection to {where} became free: {_server_words(error)}")
+    if not isinstance(error, DBAPIError):
+        words = _server_words(error)
+        return DatabaseError(
+            f"{where}: the call failed in SQLAlchemy ({type(error).__name__}): {words}",
+            server_message=words,
+        )
+    code = error_code(error, found)
+    words = _server_words(error)
+    failure = classify(found, error)
+    said = f"{found.code_name} {code}: {words}" if code is not None else f"{type(error).__name__}: {words}"
+    if failure is Failure.CONFIGURATION:
+        return configuration_error(found, error, url)
+    if failure in (Failure.TRANSIENT, Failure.CONNECTION):
+        return StorageUnavailable(
+            f"{where} could not complete the call (it was rolled back, or the connection was lost); "
+            f"try again. The server said ({said})"
+        )
+    if failure is Failure.TOO_LARGE:
+        return StatementTooLarge(
+            f"{where} refused the statement as too large; nothing was written ({said})",
+            code=code,
+            server_message=words,
+        )
+    if failure is Failure.SCHEMA:
+        return SchemaNotReady(
+            f"database {where} lacks a table or column this chatledger uses (an older, hand-made "
+            "or hand-changed schema); run `chatledger check` on it, then `chatledger upgrade` as "
+            f"the schema owner. The server said ({said})"
+        )
+    if failure in (Failure.READ_ONLY, Failure.FULL):
+        reason = failure.value
+        hint = found.read_only_hint if failure is Failure.READ_ONLY else found.full_hint
+        return DatabaseUnwritable(
+            f"database {where} is {reason}; nothing was written: {hint}. The server said ({said})",
+            reason=reason,
+            code=code,
+            server_message=words,
+        )
+    if failure is Failure.CONSTRAINT:
+        return ConstraintViolation(
+            f"database {where} refused a row that breaks a constraint of the schema, which "
+            f"chatledger's own writes keep (rows written outside chatledger?); nothing was "
+            f"written. The server said ({said})",
+            code=code,
+            server_message=words,
+        )
+    return DatabaseError(
+        f"database {where} refused the call ({said}); nothing was written", code=code, server_message=words
+    )
+
+
+@contextmanager
+def database_errors(url: URL, *, statements: bool = True) -> Iterator[None]:
+    """Raise every SQLAlchemy error of the block as :func:`database_error` maps it, from
+    the error (for calls that run no retry loop: the schema commands).
+
+    ``statements=False`` (a schema change: a migration, an adoption): a statement
+    refused for a missing privilege, table or column is a :class:`DatabaseError`, the
+    change's own failure, rather than a :class:`ConfigurationError` naming the runtime
+    role's grants or a :class:`SchemaNotReady` naming ``chatledger upgrade``, which
+    would not cure it; refusals of the connection itself stay configuration.
+    """
+    try:
+        yield
+    except SQLAlchemyError as error:
+        found = rules(url.get_backend_name(), url.get_driver_name())
+        if (
+            not statements
+            and isinstance(error, DBAPIError)
+            and error.statement is not None
+            and classify(found, error) in (Failure.CONFIGURATION, Failure.SCHEMA)
+        ):
+            code = error_code(error, found)
+            words = _server_words(error)
+            raise DatabaseError(
+                f"database {display(url)} refused a statement of the schema change "
+                f"({found.code_name} {code}: {words})",
+                code=code,
+                server_message=words,
+            ) from error
+        raise database_error(found, error, url) from error
 
 
 @contextmanager

@@ -29,8 +29,10 @@ from .dsn import as_argument, display, resolve_dsn, sqlite_file
 from .errors import (
     AUTO_UPGRADE_HINT,
     ConfigurationError,
+    DatabaseError,
     OutcomeUnknown,
     SchemaNotReady,
+    StatementTooLarge,
     StorageUnavailable,
 )
 from .options import LedgerOptions
@@ -301,7 +303,7 @@ class Ledger:
                     connect_args.update(self.rules.pgbouncer_connect_args())
                 try:
                     state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
-                except (SQLAlchemyError, OSError) as error:
+                except (DatabaseError, StorageUnavailable, SQLAlchemyError, OSError) as error:
                     cause = getattr(error, "orig", None) or error
                     if standing is migrate.Standing.BEHIND:
                         raise SchemaNotReady(
@@ -363,8 +365,10 @@ class Ledger:
 
         Retried (within ``retry_timeout`` seconds, see
         :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
-        lock waits past ``lock_timeout``, busy SQLite files, and connections lost or
-        refused before the COMMIT was sent -- all of which left nothing committed.
+        lock waits past ``lock_timeout`` or ended by the server's statement time limit
+        (PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``), busy SQLite
+        files, and connections lost or refused before the COMMIT was sent -- all of
+        which left nothing committed.
 
         ``settle`` makes the write exactly-once across an ambiguous failure (the
         connection lost while the COMMIT was under way): it looks the write up by the
@@ -384,10 +388,19 @@ class Ledger:
             ConfigurationError: the server refused the configuration (database, login,
                 privilege), or a caller's engine cannot serve the call (see ``engine``
                 above); never retried.
-            ValueError: the server refused a statement as too large; nothing written.
+            StatementTooLarge: (a ``ValueError``) the server refused a statement as
+                too large; nothing written.
             SchemaNotReady: the database is not at a revision this chatledger runs on,
                 or lacks a table or column it uses (a hand-made or hand-changed
                 schema); the message names ``chatledger check``. Nothing written.
+            DatabaseUnwritable: the database is read-only or full; never retried,
+                nothing written; the message says what to do.
+            ConstraintViolation: a row of ``work`` broke a constraint, and ``settle``
+                (when given) found no earlier commit of this write; nothing written.
+            DatabaseError: any other refusal, whatever its code (carried as ``code``,
+                with the server's message and the SQLAlchemy error as ``__cause__``);
+                never retried, nothing written. No SQLAlchemy or driver error leaves
+                this call (:func:`chatledger.dialects.database_error`).
         """
         return await self._run(work, write=True, settle=settle, write_id=write_id)
 
@@ -488,9 +501,9 @@ class Ledger:
     async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
         """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
         read (:attr:`DialectRules.snapshot_read`), or one with ``options`` instead. A
-        failure a retry can cure raises :class:`_Retry`; a configuration, size or schema
-        failure its own error (``ConfigurationError``, ``ValueError``,
-        ``SchemaNotReady``); anything else is ``work``'s own."""
+        failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
+        its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
+        by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         committing = committed = False
         try:
             engine = self._writer if write else self._reader
@@ -508,12 +521,12 @@ class Ledger:
                 return result
             failure = dialects.classify(self.rules, error)
             if failure is dialects.Failure.TOO_LARGE:
-                raise ValueError(
+                raise StatementTooLarge(
                     f"the database refused the statement as too large (statement_limit "
-                    f"{self.statement_limit} bytes); nothing was written: {error.orig}"
+                    f"{self.statement_limit} bytes); nothing was written: {error.orig}",
+                    code=dialects.error_code(error, self.rules),
+                    server_message=str(error.orig),
                 ) from error
-            if failure is dialects.Failure.CONFIGURATION:
-                raise dialects.configuration_error(self.rules, error, self.url) from error
             if failure is dialects.Failure.SCHEMA:
                 # The revision check passed, yet a table or column is missing: check again
                 # on the next call (the database may have been downgraded or replaced).
@@ -532,7 +545,10 @@ class Ledger:
                 raise _Retry(error, dialects.error_code(error)) from error
             if failure is dialects.Failure.CONNECTION:
                 raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
-            raise
+            # Every other code, listed or not, becomes a chatledger error. A write's own
+            # key clash becomes ConstraintViolation, which Ledger._run settles before it
+            # is raised, as it settled the IntegrityError before.
+            raise dialects.database_error(self.rules, error, self.url) from error
         except PoolTimeout as error:
             within = (
                 f"the engine's pool_timeout ({self.engine.pool.status()})"
@@ -543,6 +559,10 @@ class Ledger:
             raise StorageUnavailable(
                 f"no connection to {display(self.url)} became free within {within}"
             ) from error
+        except SQLAlchemyError as error:  # SQLAlchemy's own, with no driver error under it
+            if committed:
+                return result
+            raise dialects.database_error(self.rules, error, self.url) from error
         except OSError as error:  # the socket under the driver: refused, reset, timed out
             if committed:
                 return result

@@ -3,6 +3,12 @@
 All of them are ``ValueError``, ``TypeError`` or ``RuntimeError`` subclasses, so
 code written against zett-agent's storage contract (which raises ``ValueError`` for a
 stale snapshot version or a bad session type) keeps working unchanged.
+
+Every error a database or its driver raises becomes one of these: the ones a retry
+cures are retried first (:class:`StorageUnavailable` when the budget runs out), and
+the rest are mapped by :func:`chatledger.dialects.database_error`, whose last resort
+is :class:`DatabaseError`, carrying the code. No ``sqlalchemy.exc`` error leaves a
+public call (``tests/test_no_raw_errors.py``).
 """
 
 from __future__ import annotations
@@ -93,9 +99,11 @@ class StorageUnavailable(ChatledgerError, RuntimeError):
     """The database could not complete a call within the retry budget
     (``retry_timeout`` seconds, lock waits of up to ``lock_timeout`` included): the
     server is unreachable, or kept failing transiently (deadlocks, serialization
-    failures, lock timeouts); or no pooled connection became free within
-    ``pool_timeout``. Nothing from the call was committed (see :class:`OutcomeUnknown`
-    for the one case where that cannot be known); repeating the call is safe."""
+    failures, lock timeouts, statements ended by the server's time limit); or no
+    pooled connection became free within ``pool_timeout``. Nothing from the call was
+    committed (see :class:`OutcomeUnknown` for the one case where that cannot be
+    known); repeating the call is safe. (From a path that runs no retries -- the
+    schema commands, the tools -- one such failure raises it at once.)"""
 
 
 class OutcomeUnknown(StorageUnavailable):
@@ -114,6 +122,59 @@ class OutcomeUnknown(StorageUnavailable):
         #: The id the write carries (a raw message's or checkpoint's row id, a rein
         #: save's write id), when it has one.
         self.write_id = write_id
+
+
+class DatabaseError(ChatledgerError, RuntimeError):
+    """The database refused a statement for a reason chatledger has no closer class for
+    (an error code it does not list, or a failure of SQLAlchemy's own without one).
+    Not retried; whatever the call was writing was rolled back, nothing committed.
+
+    The message names the database, the code and the server's words; the SQLAlchemy
+    error is the ``__cause__``. Report it with the message: a code that should be
+    retried or explained gets its own entry in :mod:`chatledger.dialects`.
+    """
+
+    def __init__(self, message: str, *, code: str | int | None = None, server_message: str = "") -> None:
+        super().__init__(message)
+        #: The SQLSTATE (PostgreSQL), error number (MySQL/MariaDB) or primary result
+        #: code (SQLite) of the driver's error; ``None`` when the driver gave none.
+        self.code = code
+        #: The driver's (usually the server's) own message.
+        self.server_message = server_message
+
+
+class DatabaseUnwritable(DatabaseError):
+    """The database's own state refuses writes: it is read-only (a hot standby or
+    read replica, ``default_transaction_read_only``, MySQL's ``read_only`` or a
+    read-only transaction, a SQLite file or directory this process may not write, a
+    ``mode=ro`` URI, ``PRAGMA query_only``) or full (disk or tablespace out of
+    space, SQLite's ``max_page_count``). Not retried: it does not pass by itself.
+    Nothing was written.
+
+    Point the DSN at a writable primary, or free space; :attr:`reason` says which.
+    """
+
+    def __init__(
+        self, message: str, *, reason: str, code: str | int | None = None, server_message: str = ""
+    ) -> None:
+        super().__init__(message, code=code, server_message=server_message)
+        #: ``"read-only"`` or ``"full"``.
+        self.reason = reason
+
+
+class ConstraintViolation(DatabaseError):
+    """A statement broke a constraint of the schema (a duplicate key, a foreign key)
+    in a way chatledger's own writes never do: rows written outside chatledger clash
+    with it. Checked before it is raised: a write whose own COMMIT was lost and that
+    was stored after all is returned instead (see ``Ledger.write``). Nothing written."""
+
+
+class StatementTooLarge(DatabaseError, ValueError):
+    """The server refused a statement as larger than it accepts (MySQL's
+    ``max_allowed_packet``, SQLite's ``SQLITE_MAX_LENGTH``, a PostgreSQL field over
+    1 GB) although chatledger's own size check let it pass. Nothing was written;
+    store large payloads elsewhere or raise the server's limit. Also a ``ValueError``,
+    as the size check's own refusal is."""
 
 
 def missing_extra(what: str, extra: str) -> str:

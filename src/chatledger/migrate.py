@@ -68,6 +68,7 @@ from .app_alembic import (
 )
 from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
 from .errors import DowngradeRefused, SchemaNotReady
+from .options import MAX_LOCK_TIMEOUT
 from .revisions import (
     Revisions,
     alembic_config,
@@ -175,7 +176,7 @@ async def run_on_connection(url: URL, work: Callable[[Connection], T]) -> T:
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = dialects.create_engine(url, poolclass=NullPool)
     try:
-        with dialects.configuration_refusals(url):
+        with dialects.database_errors(url):
             async with engine.begin() as connection:
                 return await connection.run_sync(work)
     finally:
@@ -209,7 +210,7 @@ async def run_locked(
     engine = dialects.create_engine(url, poolclass=NullPool, connect_args=dict(connect_args or {}))
     dialects.configure_migration_engine(engine, lock_timeout=lock_timeout)
     try:
-        with dialects.configuration_refusals(url, statements=False):
+        with dialects.database_errors(url, statements=False):
             async with (
                 engine.connect() as connection,
                 dialects.migration_transaction(connection, lock_timeout) as locked,
@@ -223,8 +224,11 @@ async def run_locked(
 
 def _check_lock_timeout(lock_timeout: float) -> None:
     # 0 and negative values mean "no wait" to some servers and "forever" to others.
-    if not (isinstance(lock_timeout, int | float) and 0 < lock_timeout < float("inf")):
-        raise ValueError(f"lock_timeout must be a positive number of seconds, not {lock_timeout!r}")
+    if not (isinstance(lock_timeout, int | float) and 0 < lock_timeout <= MAX_LOCK_TIMEOUT):
+        raise ValueError(
+            f"lock_timeout must be a positive number of seconds up to {MAX_LOCK_TIMEOUT:g}, "
+            f"not {lock_timeout!r}"
+        )
 
 
 def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:

@@ -7,6 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+#: Longest ``lock_timeout`` in seconds: PostgreSQL's ``lock_timeout`` is a 32-bit count
+#: of milliseconds (at most 2,147,483,647: "invalid value for parameter" past it), the
+#: smallest of the backends' limits (SQLite's busy timeout is one too).
+MAX_LOCK_TIMEOUT = 2_147_483.0
+
 
 class LedgerOptions(BaseModel):
     """Keyword options accepted by every chatledger store (``**options``).
@@ -54,7 +59,7 @@ class LedgerOptions(BaseModel):
     #: before it fails and its transaction is retried (within ``retry_timeout``).
     #: Applied to every connection: PostgreSQL ``lock_timeout``, MySQL/MariaDB
     #: ``innodb_lock_wait_timeout`` (whole seconds, rounded up), SQLite ``busy_timeout``.
-    lock_timeout: float = Field(default=5.0, gt=0)
+    lock_timeout: float = Field(default=5.0, gt=0, le=MAX_LOCK_TIMEOUT)
     #: PostgreSQL behind PgBouncer in transaction pooling mode: no client-side pool
     #: (PgBouncer pools), no cached or reused prepared-statement names, and no
     #: per-connection settings (PgBouncer refuses them; set ``lock_timeout`` on the role).

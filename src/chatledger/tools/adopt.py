@@ -584,7 +584,7 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
     dialects.configure_engine(engine, LedgerOptions(lock_timeout=30.0))
     try:
         # A refused connection as the stores word it; a refused step is the adoption's own.
-        with dialects.configuration_refusals(url, statements=False):
+        with dialects.database_errors(url, statements=False):
             async with engine.connect() as conn:
                 conn = await conn.execution_options(**dialects.rules(backend).write)
                 if rules.one_transaction:

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import __version__, migrate
+from .. import __version__, dialects, migrate
 from ..drift import fix_script
 from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn
 from ..errors import ChatledgerError, DowngradeRefused
@@ -690,17 +690,30 @@ def user_error(error: Exception, dsn: str | None) -> str | None:
     """
     from alembic.util import CommandError
 
-    if isinstance(error, SQLAlchemyError | OSError):
-        # Driver and socket errors: the driver's own message, without SQLAlchemy's SQL and
-        # help link, after the database it came from.
-        cause = getattr(error, "orig", None) or error
-        message = f"database {_where(dsn)}: {cause}"
+    if isinstance(error, SQLAlchemyError):
+        # A tool's own connection (export, import, copy): mapped as the library maps it
+        # (chatledger.dialects.database_error), naming the class of failure and the code.
+        message = _database_error(error, dsn)
+    elif isinstance(error, OSError):
+        # Socket errors: their own message, after the database they came from.
+        message = f"database {_where(dsn)}: {error}"
     elif isinstance(error, ChatledgerError | ValueError | ImportError | CommandError):
         message = str(error) or type(error).__name__
     else:
         return None
     message = " ".join(message.split())
     return _mask_password(message, dsn)
+
+
+def _database_error(error: SQLAlchemyError, dsn: str | None) -> str:
+    """The message of :func:`chatledger.dialects.database_error` for ``error`` on the
+    database of ``dsn``; the driver's own words when that DSN cannot be read."""
+    try:
+        url = resolve_dsn(dsn)
+        found = dialects.rules(url.get_backend_name(), url.get_driver_name())
+    except (ValueError, TypeError):
+        return f"database {_where(dsn)}: {getattr(error, 'orig', None) or error}"
+    return str(dialects.database_error(found, error, url))
 
 
 def _mask_password(message: str, dsn: str | None) -> str:

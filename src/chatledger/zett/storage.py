@@ -22,7 +22,7 @@ from zett_agent.model import ModelUsage
 from .. import clock, integrity, validate
 from ..dsn import display
 from ..engine import Ledger
-from ..errors import SessionDeleted, SnapshotConflict, VersionConflict
+from ..errors import ConstraintViolation, SessionDeleted, SnapshotConflict, VersionConflict
 from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
 from ..schema import snapshots_table as _snapshots
@@ -342,7 +342,7 @@ class LedgerSessionStorage:
 
         try:
             return await self.ledger.write(work, settle=settle, write_id=row["id"])
-        except IntegrityError as error:
+        except ConstraintViolation as error:
             # Not this write's own, committed before (settle found none): a duplicate
             # (session_id, sequence), when another writer numbered past the counter row.
             explained = await self.ledger.read(
@@ -762,6 +762,8 @@ class LedgerSessionStorage:
 
         Reads only session rows, through the activity index: the counter row holds
         the message count, so no raw message is scanned. Deleted sessions are left out.
+        ``session_types`` may hold any number of codes (none or empty: every type);
+        they are sent as one value where the backend allows, never one parameter each.
         """
         limit, offset = validate.page(limit, offset)
         codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
@@ -774,7 +776,11 @@ class LedgerSessionStorage:
             .order_by(*tombstone, _sessions.c.updated_at.desc(), _sessions.c.id.desc())
         )
         if codes is not None:
-            statement = statement.where(_sessions.c.session_type.in_(codes))
+            # Any number of types, in one bound value where the backend can (see
+            # DialectRules.any_of): one parameter per type stops at 32,767 on asyncpg.
+            statement = statement.where(
+                self.ledger.rules.any_of(_sessions.c.session_type, sorted(set(codes)))
+            )
 
         async def work(conn: AsyncConnection) -> list[SessionSummary]:
             return [_summary(row) for row in await conn.execute(statement.offset(offset).limit(limit))]
