@@ -6,6 +6,16 @@ skipped, differing ones reported and left alone. An interrupted import, run agai
 imports what it had not committed, and nothing twice. The input is read a line at a
 time, ahead of the inserts (in a task of its own), which go in ``executemany``
 batches.
+
+Other writers may run at once (another import or copy, the applications' appends):
+a session's transaction that fails for a reason a retry cures (a deadlock, a
+serialization failure, a lock wait, a lost connection) runs again from the session's
+rows as read, within the ledger's retry budget, as the stores' calls do; a session
+another writer committed meanwhile is then compared as a re-run compares it. Each
+row is checked against the target's statement limit before it is sent, as the
+stores' appends are; a session with a row over it is reported, and the rest goes on.
+Every database error ends as a chatledger error naming its database
+(:func:`database_error`).
 """
 
 from __future__ import annotations
@@ -70,7 +80,8 @@ class ImportReport:
     identical: int = 0
     #: Sessions the target has with other content: reported, left alone.
     differing: int = 0
-    #: Sessions the database refused (a conflicting row, a row too large for it).
+    #: Sessions not imported: the database refused them (a conflicting row, a row over
+    #: its statement limit), or they kept failing transiently for the retry budget.
     failed: int = 0
     #: The first :data:`KEPT` differing and failed sessions, with the reason.
     problems: list[str] = field(default_factory=list)

@@ -16,7 +16,10 @@ The format is JSON lines, versioned and documented in ``docs/export-format.md``
   each rein session too. A session the target has already is compared, not
   written: identical ones are skipped, differing ones reported and left alone. An
   interrupted import, run again, imports what it had not committed, and nothing
-  twice.
+  twice; so do imports and copies of overlapping sessions at once (a session the
+  other committed first is compared), their transient failures retried.
+* **Within the target's limits.** Rows are checked against its statement limit
+  before they are sent; a session with a row over it is named and not imported.
 """
 
 from __future__ import annotations
