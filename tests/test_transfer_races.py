@@ -27,6 +27,7 @@ from zett_agent.messages import UserMessage
 from chatledger.migrate import upgrade_database
 from chatledger.schema import raw_messages_table
 from chatledger.tools.bench import Seeder
+from chatledger.tools.spool import Spool
 from chatledger.tools.transfer import import_file
 from chatledger.zett import LedgerSessionStorage
 
@@ -191,3 +192,22 @@ async def test_an_import_racing_appends_loses_and_duplicates_nothing(
                 assert any(repr(session_id) in line and "left as it is" in line for line in report.problems)
                 differing += 1
         assert report.differing == differing
+
+
+def test_a_spool_gives_back_its_rows_in_order_from_memory_and_file() -> None:
+    """What a retry replays: every row added, in order, before and after it went to a
+    file and after an earlier replay."""
+    spool = Spool(memory=10)
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [("message", {"sequence": number, "when": when}) for number in range(6)]
+    for kind, row in rows[:2]:
+        spool.add(kind, row, 4)
+    assert list(spool) == rows[:2]  # in memory
+    for kind, row in rows[2:4]:
+        spool.add(kind, row, 4)
+    assert list(spool) == rows[:4]  # in the file
+    for kind, row in rows[4:]:
+        spool.add(kind, row, 4)
+    assert list(spool) == rows and list(spool) == rows
+    spool.close()
+    assert list(spool) == []

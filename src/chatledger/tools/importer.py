@@ -25,9 +25,7 @@ import contextlib
 import gzip
 import io
 import json
-import pickle
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,6 +46,7 @@ from ..errors import ChatledgerError, SchemaNotReady, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
+from .spool import Spool
 
 #: Rows per ``executemany`` of the import, and the most bytes of JSON one may carry.
 BATCH_ROWS = 1000
@@ -55,7 +54,7 @@ BATCH_BYTES = 4 * 2**20
 #: Differing or failed sessions kept in the report (all are printed as they come).
 KEPT = 100
 #: Bytes of a session's long texts kept in memory for a retry of its transaction;
-#: beyond them, its rows go to a temporary file.
+#: beyond them, its rows go to a temporary file (:class:`.spool.Spool`).
 SPOOL_BYTES = 16 * 2**20
 #: Most bytes a value other than a string takes in a multi-row ``INSERT`` (a number, a
 #: timestamp literal, NULL), with its quotes and comma.
@@ -118,47 +117,6 @@ def _tombstone_difference(input_deleted: bool, stored_deleted: bool) -> str | No
     return None
 
 
-class _Spool:
-    """A session's rows as read, so that its transaction can run again after a transient
-    failure: in memory up to :data:`SPOOL_BYTES`, then in a temporary file (memory stays
-    bounded however large the session)."""
-
-    def __init__(self) -> None:
-        self._items: list[tuple[str, Record]] = []
-        self._bytes = 0
-        self._file: IO[bytes] | None = None
-
-    def add(self, kind: str, row: Record, size: int) -> None:
-        if self._file is None:
-            self._items.append((kind, row))
-            self._bytes += size
-            if self._bytes <= SPOOL_BYTES:
-                return
-            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
-            items, self._items = self._items, []
-            for item in items:
-                pickle.dump(item, self._file, pickle.HIGHEST_PROTOCOL)
-            return
-        pickle.dump((kind, row), self._file, pickle.HIGHEST_PROTOCOL)
-
-    def __iter__(self) -> Iterator[tuple[str, Record]]:
-        yield from list(self._items)
-        if self._file is not None:
-            self._file.seek(0)
-            while True:
-                try:
-                    item: tuple[str, Record] = pickle.load(self._file)  # our own rows, written above
-                except EOFError:
-                    return  # at the end again: rows read later are added after these
-                yield item
-
-    def close(self) -> None:
-        self._items = []
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
 class _Session:
     """One session being imported (a zett session with its checkpoints and messages, or
     a rein session's row): its rows as read, and what its transaction found."""
@@ -171,7 +129,7 @@ class _Session:
         self.tombstone = tombstone
         self.messages = 0
         self.snapshots = 0
-        self.spool = _Spool()
+        self.spool = Spool(SPOOL_BYTES)
         #: The connection was lost while its COMMIT was under way: it may be in the
         #: database, and a retry that finds it there, identical, imported it.
         self.maybe_committed = False
