@@ -157,9 +157,8 @@ def _row_bound(row: Record) -> int:
     """An upper bound of the bytes ``row`` takes in a multi-row ``INSERT``: at most 4 per
     character of a string (UTF-8, or a backslash-escaped ASCII character), and
     :data:`VALUE_BYTES` for any other value, its quotes and comma."""
-    return sum(4 * len(value) if isinstance(value, str) else 0 for value in row.values()) + VALUE_BYTES * len(
-        row
-    )
+    characters = sum(len(value) for value in row.values() if isinstance(value, str))
+    return 4 * characters + VALUE_BYTES * len(row)
 
 
 #: The long texts of a row of each kind, checked against the statement limit as the
