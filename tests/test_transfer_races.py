@@ -11,10 +11,11 @@ deadlock is retried: every run ends clean, and each session is inserted once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from chatledger.tools.spool import Spool
 from chatledger.tools.transfer import import_file
 from chatledger.zett import LedgerSessionStorage
 
+from .backends import serializable_postgres
 from .conftest import Database
 from .fresh import fresh_database
 from .test_transfer import dsn_of, export_of, fill, small_pages, source, write_file
@@ -72,8 +74,7 @@ async def test_imports_of_one_file_at_once_end_clean(
     await write_file(source, files["odd"], bulk[1::2])
     sizes = {"every": TOTAL, "even": len(bulk[0::2]), "odd": len(bulk[1::2])}
     runs = ["every", "even", "every", "odd"]
-    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
-        await upgrade_database(target)
+    async with racing_target(database, tmp_path) as target:
         reports = await asyncio.gather(*(import_file(target, str(files[run])) for run in runs))
         for run, report in zip(runs, reports, strict=True):
             assert report.clean, report.problems
@@ -81,6 +82,20 @@ async def test_imports_of_one_file_at_once_end_clean(
             assert report.imported + report.identical == sizes[run]
         assert sum(report.imported for report in reports) == TOTAL
         assert await export_of(target) == await export_of(source)
+
+
+@contextlib.asynccontextmanager
+async def racing_target(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
+    """A fresh migrated target of the test's backend; SERIALIZABLE by default in the
+    SERIALIZABLE PostgreSQL pass (``CHATLEDGER_TEST_PG_SERIALIZABLE=1``), where the
+    races end in serialization failures, retried."""
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
+        if database.server is not None and database.backend == "postgresql" and serializable_postgres():
+            await database.server.execute(
+                f"ALTER DATABASE {target.database} SET default_transaction_isolation TO 'serializable'"
+            )
+        await upgrade_database(target)
+        yield target
 
 
 async def copy_processes(commands: Sequence[list[str]]) -> list[tuple[int, str]]:
@@ -117,8 +132,7 @@ async def test_copies_of_overlapping_sessions_at_once_end_clean(
     refused or differs, each session is copied once."""
     bulk = await seed(source)
     halves = [bulk[0::2], bulk[1::2]]
-    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
-        await upgrade_database(target)
+    async with racing_target(database, tmp_path) as target:
         copy = ["copy", "--from", dsn_of(source), "--to", dsn_of(target)]
         chosen = [
             [*copy, *(argument for session_id in half for argument in ("--session", session_id))]
@@ -148,8 +162,7 @@ async def test_an_import_racing_appends_loses_and_duplicates_nothing(
     }
     path = tmp_path / "sessions.jsonl"
     await write_file(source, path)
-    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
-        await upgrade_database(target)
+    async with racing_target(database, tmp_path) as target:
         acknowledged: dict[str, list[tuple[int, str]]] = {session_id: [] for session_id in bulk}
 
         async def append() -> None:

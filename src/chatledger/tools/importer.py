@@ -374,8 +374,9 @@ class Importer:
             return
         if not conn.invalidated:
             try:
-                if conn.in_transaction():
-                    await conn.rollback()
+                # Also after a failed COMMIT, whose transaction is no longer "in" one but
+                # still needs its rollback before the next begin.
+                await conn.rollback()
                 return
             except (DBAPIError, OSError):
                 pass  # the connection is gone: a new one for the next attempt
