@@ -19,12 +19,14 @@ from typing import Any, TextIO
 from rich.console import Console
 from sqlalchemy import Table, func, select
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import __version__, migrate
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from .importer import database_error
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, Counts, Record, RowCodec, _instant
 
@@ -192,6 +194,9 @@ async def export(
     Raises:
         SchemaNotReady: the database is not at this chatledger's head revision.
         ValueError: a SQLite file that does not exist.
+        StorageUnavailable, ChatledgerError: a database error met reading it (see
+            :func:`.importer.database_error`).
+        OSError: writing ``output`` failed.
     """
     ledger = open_source(dsn)
     try:
@@ -220,6 +225,8 @@ async def export(
                         last = record
         output.flush()
         return Counts(**{key: value for key, value in last.items() if key != "type"})
+    except DBAPIError as error:
+        raise database_error(ledger, error) from error
     finally:
         await ledger.close()
 

@@ -6,6 +6,16 @@ skipped, differing ones reported and left alone. An interrupted import, run agai
 imports what it had not committed, and nothing twice. The input is read a line at a
 time, ahead of the inserts (in a task of its own), which go in ``executemany``
 batches.
+
+Other writers may run at once (another import or copy, the applications' appends):
+a session's transaction that fails for a reason a retry cures (a deadlock, a
+serialization failure, a lock wait, a lost connection) runs again from the session's
+rows as read, within the ledger's retry budget, as the stores' calls do; a session
+another writer committed meanwhile is then compared as a re-run compares it. Each
+row is checked against the target's statement limit before it is sent, as the
+stores' appends are; a session with a row over it is reported, and the rest goes on.
+Every database error ends as a chatledger error naming its database
+(:func:`database_error`).
 """
 
 from __future__ import annotations
@@ -25,21 +35,33 @@ from rich.console import Console
 from rich.progress import Progress
 from sqlalchemy import func, select
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
+from tenacity import AsyncRetrying, RetryCallState, stop_before_delay, wait_random_exponential
 
-from .. import dialects
-from ..dsn import display
+from .. import dialects, migrate, validate
+from ..dsn import as_argument, display
 from ..engine import Ledger
+from ..errors import ChatledgerError, SchemaNotReady, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
+from .spool import Spool
 
 #: Rows per ``executemany`` of the import, and the most bytes of JSON one may carry.
 BATCH_ROWS = 1000
 BATCH_BYTES = 4 * 2**20
 #: Differing or failed sessions kept in the report (all are printed as they come).
 KEPT = 100
+#: Bytes of a session's long texts kept in memory for a retry of its transaction;
+#: beyond them, its rows go to a temporary file (:class:`.spool.Spool`).
+SPOOL_BYTES = 16 * 2**20
+#: Most bytes a value other than a string takes in a multi-row ``INSERT`` (a number, a
+#: timestamp literal, NULL), with its quotes and comma.
+VALUE_BYTES = 32
+#: Duplicate keys a session may meet, each followed by a look for the session another
+#: writer committed, before its rows count as refused.
+MAX_CONFLICTS = 3
 
 
 @dataclass
@@ -57,7 +79,8 @@ class ImportReport:
     identical: int = 0
     #: Sessions the target has with other content: reported, left alone.
     differing: int = 0
-    #: Sessions the database refused (a conflicting row, a row too large for it).
+    #: Sessions not imported: the database refused them (a conflicting row, a row over
+    #: its statement limit), or they kept failing transiently for the retry budget.
     failed: int = 0
     #: The first :data:`KEPT` differing and failed sessions, with the reason.
     problems: list[str] = field(default_factory=list)
@@ -95,24 +118,102 @@ def _tombstone_difference(input_deleted: bool, stored_deleted: bool) -> str | No
 
 
 class _Session:
-    """One zett session being imported: its transaction and what was seen."""
+    """One session being imported (a zett session with its checkpoints and messages, or
+    a rein session's row): its rows as read, and what its transaction found."""
 
-    def __init__(self, session_id: str, mode: str, *, tombstone: bool = False) -> None:
+    def __init__(self, kind: str, session_id: str, *, tombstone: bool) -> None:
+        #: "zett" or "rein".
+        self.kind = kind
         self.id = session_id
         #: The input's row is a tombstone: the session was deleted where it comes from.
         self.tombstone = tombstone
-        #: "insert" (new here), "compare" (the target has it), "skip" (not imported).
-        self.mode = mode
-        self.reason = ""
-        self.failed = False
         self.messages = 0
         self.snapshots = 0
+        self.spool = Spool(SPOOL_BYTES)
+        #: The connection was lost while its COMMIT was under way: it may be in the
+        #: database, and a retry that finds it there, identical, imported it.
+        self.maybe_committed = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the start of its transaction, for a retry."""
+        #: "insert" (new here), "compare" (the target has it), "committing", and when
+        #: done: "imported", "identical" or "skip" (not imported: ``reason`` says why).
+        self.mode = "insert"
+        self.reason = ""
+        self.failed = False
         self.batch: list[Record] = []
+        #: The batch's long texts in characters, and the bytes it may take in one
+        #: statement (a bound: see :func:`_row_bound`).
         self.batch_bytes = 0
+        self.batch_bound = validate.STATEMENT_OVERHEAD
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} session {self.id!r}"
+
+
+def _row_bound(row: Record) -> int:
+    """An upper bound of the bytes ``row`` takes in a multi-row ``INSERT``: at most 4 per
+    character of a string (UTF-8, or a backslash-escaped ASCII character), and
+    :data:`VALUE_BYTES` for any other value, its quotes and comma."""
+    characters = sum(len(value) for value in row.values() if isinstance(value, str))
+    return 4 * characters + VALUE_BYTES * len(row)
+
+
+#: The long texts of a row of each kind, checked against the statement limit as the
+#: stores check them (``Ledger.check_statement_size``).
+_LONG_TEXTS: Mapping[str, tuple[str, ...]] = {
+    "message": ("content", "message_json", "metadata_json", "tags_json"),
+    "snapshot": ("message_json",),
+    "rein": ("session_json",),
+}
+
+
+def _said(error: BaseException) -> str:
+    """The driver's message of a database error, on one line."""
+    cause = getattr(error, "orig", None) or error
+    return " ".join(str(cause).split())[:300] or type(cause).__name__
+
+
+def database_error(ledger: Ledger, error: DBAPIError | OSError) -> ChatledgerError:
+    """The chatledger error of a database error that the import (or export) does not
+    handle itself, naming the database of ``ledger``: the one place where the tools map
+    them (``dialects.classify``).
+
+    A missing table or column is :class:`SchemaNotReady`; a refused configuration
+    :class:`ConfigurationError`; a lost or refused connection or a transient failure
+    :class:`StorageUnavailable`; anything else a :class:`ChatledgerError` with the
+    server's message. The SQLAlchemy error is the ``__cause__`` (``raise ... from``).
+    """
+    where = display(ledger.url)
+    if isinstance(error, OSError):
+        return StorageUnavailable(f"the connection to {where} was lost or refused: {_said(error)}")
+    failure = dialects.classify(ledger.rules, error)
+    if failure is dialects.Failure.CONFIGURATION:
+        return dialects.configuration_error(ledger.rules, error, ledger.url)
+    if failure is dialects.Failure.SCHEMA:
+        dsn = as_argument(ledger.url)
+        return SchemaNotReady(
+            f"database {where} lacks a table or column this chatledger uses, so its schema is not "
+            f"the one revision {migrate.head_revision()} creates (an older or hand-made schema, or one "
+            f"changed by hand). Run `chatledger check --dsn {dsn}` to see where it stands, then "
+            f"`chatledger upgrade --dsn {dsn}` as the schema owner. The server said: {_said(error)}"
+        )
+    if failure in (dialects.Failure.TRANSIENT, dialects.Failure.CONNECTION):
+        return StorageUnavailable(f"database {where} could not complete the call: {_said(error)}")
+    return ChatledgerError(f"database {where} refused a statement: {_said(error)}")
 
 
 class Importer:
-    """Reads export records into the database of ``ledger``, session by session."""
+    """Reads export records into the database of ``ledger``, session by session.
+
+    Each session is one transaction. One that fails for a reason a retry can cure (a
+    deadlock, a serialization failure, a lock wait past ``lock_timeout``, a lost
+    connection) runs again from its rows as read, within the ledger's ``retry_timeout``
+    as a store's calls do; a retry that finds the session in the target (another
+    import's, or this one's whose COMMIT was lost) compares it as a re-run does.
+    """
 
     def __init__(self, ledger: Ledger, *, say: Say | None = None, bars: Progress | None = None) -> None:
         self.ledger = ledger
@@ -121,6 +222,11 @@ class Importer:
         self.report = ImportReport(target=display(ledger.url))
         self.codecs: dict[str, RowCodec] = {}
         self._bulk: BulkInsert | None = None
+        self._conn: AsyncConnection | None = None
+        #: Messages read but not yet shown on the progress bar.
+        self._unshown = 0
+        #: The target's statement limit in bytes (``Ledger.statement_limit``).
+        self.limit = ledger.statement_limit
 
     async def run(self, records: AsyncIterator[Record]) -> ImportReport:
         """Import every record; return the report.
@@ -129,59 +235,80 @@ class Importer:
             FormatError: the input is not an export this chatledger reads, or a line
                 is malformed (sessions committed before it stay: run again after
                 fixing it, they are skipped as identical).
-            SchemaNotReady: the target is not at this chatledger's head revision.
+            SchemaNotReady: the target is not at this chatledger's head revision, or
+                lacks a table or column it uses.
+            StorageUnavailable: the target stayed unreachable for the retry budget.
+            ChatledgerError: any other database error (see :func:`database_error`).
         """
         await self.ledger.ensure_ready()
+        self.limit = self.ledger.statement_limit
         number = 0
         session: _Session | None = None
-        async with self.ledger.engine.connect() as conn:
-            conn = await conn.execution_options(**self.ledger.rules.write)
-            try:
-                async for record in records:
-                    number += 1
-                    where = f"line {number}"
-                    if number == 1:
-                        self._header(record, where)
-                        continue
-                    if not isinstance(record, dict):
-                        raise FormatError(f"{where}: not a JSON object")
-                    kind = record.get("type")
-                    if kind == "session":
-                        if session is not None:
-                            raise FormatError(f"{where}: session {session.id!r} has no session_end record")
-                        session = await self._open(
-                            conn, self.codecs["session"].decode(record.get("row"), where)
+        try:
+            async for record in records:
+                number += 1
+                where = f"line {number}"
+                if number == 1:
+                    self._header(record, where)
+                    continue
+                if not isinstance(record, dict):
+                    raise FormatError(f"{where}: not a JSON object")
+                kind = record.get("type")
+                if kind == "session":
+                    if session is not None:
+                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                    row = self.codecs["session"].decode(record.get("row"), where)
+                    session = _Session("zett", row["id"], tombstone=row.get("deleted_at") is not None)
+                    await self._step(session, "session", row)
+                elif kind in ("snapshot", "message"):
+                    if session is None:
+                        raise FormatError(f"{where}: a {kind} record outside a session")
+                    row = self.codecs[kind].decode(record.get("row"), where)
+                    if row["session_id"] != session.id:
+                        raise FormatError(
+                            f"{where}: a {kind} of session {row['session_id']!r} inside {session.id!r}"
                         )
-                    elif kind in ("snapshot", "message"):
-                        if session is None:
-                            raise FormatError(f"{where}: a {kind} record outside a session")
-                        row = self.codecs[kind].decode(record.get("row"), where)
-                        if row["session_id"] != session.id:
-                            raise FormatError(
-                                f"{where}: a {kind} of session {row['session_id']!r} inside {session.id!r}"
-                            )
-                        await self._row(conn, session, kind, row)
-                    elif kind == "session_end":
-                        if session is None or record.get("id") != session.id:
-                            raise FormatError(f"{where}: a session_end without its session")
-                        await self._close(conn, session, record, where)
-                        session = None
-                    elif kind == "rein_session":
-                        if session is not None:
-                            raise FormatError(f"{where}: session {session.id!r} has no session_end record")
-                        await self._rein(conn, self.codecs["rein_session"].decode(record.get("row"), where))
-                    elif kind == "end":
-                        if session is not None:
-                            raise FormatError(f"{where}: session {session.id!r} has no session_end record")
-                        self.report.complete = True
-                        break
+                    if kind == "snapshot":
+                        session.snapshots += 1
                     else:
-                        raise FormatError(f"{where}: unknown record type {kind!r}")
-                if number == 0:
-                    raise FormatError("the input is empty")
-            finally:
-                if conn.in_transaction():
-                    await conn.rollback()
+                        session.messages += 1
+                        self._show(messages=1)
+                    await self._step(session, kind, row)
+                elif kind == "session_end":
+                    if session is None or record.get("id") != session.id:
+                        raise FormatError(f"{where}: a session_end without its session")
+                    if (
+                        record.get("messages") != session.messages
+                        or record.get("snapshots") != session.snapshots
+                    ):
+                        raise FormatError(
+                            f"{where}: session {session.id!r} ends with {record.get('messages')} messages "
+                            f"and {record.get('snapshots')} checkpoints, but {session.messages} and "
+                            f"{session.snapshots} came before"
+                        )
+                    await self._step(session, "end", record)
+                    self._finish(session)
+                    session = None
+                elif kind == "rein_session":
+                    if session is not None:
+                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                    row = self.codecs["rein_session"].decode(record.get("row"), where)
+                    rein = _Session("rein", row["id"], tombstone=row.get("session_json") is None)
+                    await self._step(rein, "rein", row)
+                    self._finish(rein)
+                elif kind == "end":
+                    if session is not None:
+                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                    self.report.complete = True
+                    break
+                else:
+                    raise FormatError(f"{where}: unknown record type {kind!r}")
+            if number == 0:
+                raise FormatError("the input is empty")
+        finally:
+            if session is not None:
+                session.spool.close()
+            await self._disconnect()
         if session is not None:
             self._problem(
                 f"zett session {session.id!r}: the input ends inside it (truncated?); not imported",
@@ -227,80 +354,250 @@ class Importer:
         counts = header.get("counts")
         self.tracker.start(counts if isinstance(counts, dict) else {})
 
+    # -- the connection ----------------------------------------------------------
+
+    async def _connection(self) -> AsyncConnection:
+        """The import's connection (one for every session), opened anew after a lost one."""
+        if self._conn is None:
+            conn = await self.ledger.engine.connect()
+            try:
+                self._conn = await conn.execution_options(**self.ledger.rules.write)
+            except BaseException:
+                await conn.close()
+                raise
+        return self._conn
+
+    async def _rollback(self) -> None:
+        """End the session's transaction, dropping the connection when it is broken."""
+        conn = self._conn
+        if conn is None:
+            return
+        if not conn.invalidated:
+            try:
+                # Also after a failed COMMIT, whose transaction is no longer "in" one but
+                # still needs its rollback before the next begin.
+                await conn.rollback()
+                return
+            except (DBAPIError, OSError):
+                pass  # the connection is gone: a new one for the next attempt
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(DBAPIError, OSError):
+                await conn.close()  # rolls back what is uncommitted
+
+    # -- sessions, retried -------------------------------------------------------
+
+    async def _step(self, session: _Session, kind: str, row: Record) -> None:
+        """Apply one row of ``session`` (``kind`` "end": its end, which commits), keeping
+        it for a retry; a failure a retry can cure runs the session again."""
+        if session.mode == "skip":
+            return
+        texts = _LONG_TEXTS.get(kind, ())
+        session.spool.add(kind, row, sum(len(row[name] or "") for name in texts) + VALUE_BYTES)
+        try:
+            await self._apply(session, kind, row)
+        except (DBAPIError, OSError) as error:
+            await self._recover(session, error)
+        if session.mode in ("skip", "imported", "identical"):
+            session.spool.close()
+
+    async def _apply(self, session: _Session, kind: str, row: Record) -> None:
+        if kind == "session":
+            await self._open(session, row)
+        elif kind == "snapshot":
+            await self._snapshot(session, row)
+        elif kind == "message":
+            await self._message(session, row)
+        elif kind == "end":
+            await self._close(session)
+        else:
+            await self._rein(session, row)
+
+    async def _replay(self, session: _Session) -> None:
+        session.reset()
+        for kind, row in session.spool:
+            await self._apply(session, kind, row)
+            if session.mode == "skip":
+                return
+
+    async def _recover(self, session: _Session, error: DBAPIError | OSError) -> None:
+        """After ``error`` met ``session``'s transaction: run it again from its rows
+        (within the retry budget), or refuse the session, or raise.
+
+        Raises:
+            StorageUnavailable: the target stayed unreachable for the retry budget.
+            SchemaNotReady, ConfigurationError, ChatledgerError: see :func:`database_error`.
+        """
+        options = self.ledger.options
+        # The budget of a store's call (Ledger.write): random exponential backoff, and no
+        # attempt after retry_timeout seconds from the first failure.
+        policy = AsyncRetrying(
+            stop=stop_before_delay(options.retry_timeout),
+            wait=wait_random_exponential(multiplier=options.retry_backoff, max=options.retry_backoff_max),
+        )
+        state = RetryCallState(policy, None, (), {})
+        conflicts = 0
+        while True:
+            lost = session.mode == "committing"
+            await self._rollback()
+            failure = (
+                dialects.Failure.CONNECTION
+                if isinstance(error, OSError)
+                else dialects.classify(self.ledger.rules, error)
+            )
+            if failure is dialects.Failure.TOO_LARGE:
+                self._refuse(session, f"the database refused it as too large: {_said(error)}")
+                return
+            if failure is dialects.Failure.OTHER and isinstance(error, IntegrityError | DataError):
+                # A duplicate key is what an insert meets when another writer committed the
+                # session meanwhile: then it is compared, as a re-run compares it. Else (or
+                # again and again) the database refuses a row of it.
+                conflicts += 1
+                try:
+                    there = (
+                        isinstance(error, IntegrityError)
+                        and session.mode == "insert"
+                        and conflicts <= MAX_CONFLICTS
+                        and await self._exists(session)
+                    )
+                except (DBAPIError, OSError) as other:
+                    error = other
+                    continue
+                if not there:
+                    self._refuse(session, f"the database refused it: {_said(error)}")
+                    return
+            elif failure in (dialects.Failure.TRANSIENT, dialects.Failure.CONNECTION):
+                session.maybe_committed |= lost and failure is dialects.Failure.CONNECTION
+                state.set_exception((type(error), error, error.__traceback__))
+                state.upcoming_sleep = policy.wait(state)
+                if policy.stop(state):
+                    if failure is dialects.Failure.CONNECTION:
+                        raise StorageUnavailable(
+                            f"{display(self.ledger.url)} could not be reached within the retry budget "
+                            f"(retry_timeout={options.retry_timeout:g} s); {session.label} and those "
+                            "after it are not imported (run the import again: it skips what it "
+                            "finds there, identical). Last failure: "
+                            f"{_said(error)}"
+                        ) from error
+                    self._refuse(
+                        session,
+                        f"not imported within the retry budget (retry_timeout={options.retry_timeout:g} s, "
+                        f"{state.attempt_number} attempts; run the import again): {_said(error)}",
+                    )
+                    return
+                self.ledger.retries += 1
+                await asyncio.sleep(state.upcoming_sleep)
+                state.prepare_for_next_attempt()
+            else:
+                raise database_error(self.ledger, error) from error
+            try:
+                await self._replay(session)
+                return
+            except (DBAPIError, OSError) as again:
+                error = again
+
+    async def _exists(self, session: _Session) -> bool:
+        """Whether the target has the session now (another writer committed it)."""
+        table = sessions_table if session.kind == "zett" else rein_sessions_table
+        conn = await self._connection()
+        try:
+            found = await conn.scalar(select(table.c.id).where(table.c.id == session.id))
+        finally:
+            await self._rollback()
+        return found is not None
+
+    def _refuse(self, session: _Session, reason: str) -> None:
+        """Not imported: ``reason`` says why (after a rollback)."""
+        session.mode, session.failed, session.reason = "skip", True, reason
+
+    async def _differs(self, session: _Session, reason: str) -> None:
+        await self._rollback()
+        session.mode, session.reason = "skip", reason
+
+    def _oversize(self, kind: str, row: Record) -> str | None:
+        """Why the row is too large for the target, checked as the stores check their rows
+        (``Ledger.check_statement_size``), before it is sent; else ``None``."""
+        texts = tuple(row[name] or "" for name in _LONG_TEXTS[kind])
+        try:
+            validate.check_statement_size(texts, self.limit, kind)
+        except ValueError:
+            what = f"its message {row['sequence']}" if kind == "message" else f"its {kind} row"
+            if kind == "snapshot":
+                what = f"its checkpoint version {row['version']}"
+            return (
+                f"{what} needs up to {validate.statement_size(*texts):,} bytes in one statement, more "
+                f"than the database's statement limit of {self.limit:,} bytes (statement_limit; MySQL's "
+                "max_allowed_packet)"
+            )
+        return None
+
     # -- zett sessions -----------------------------------------------------------
 
-    async def _open(self, conn: AsyncConnection, row: Record) -> _Session:
+    async def _open(self, session: _Session, row: Record) -> None:
         s = sessions_table
+        conn = await self._connection()
         await conn.begin()
         stored = (await conn.execute(select(s).where(s.c.id == row["id"]).with_for_update())).one_or_none()
-        tombstone = row.get("deleted_at") is not None
         if stored is None:
-            session = _Session(row["id"], "insert", tombstone=tombstone)
-            try:
-                await conn.execute(s.insert(), row)
-            except (IntegrityError, DBAPIError) as error:
-                await self._refused(conn, session, error)
-            return session
-        session = _Session(row["id"], "compare", tombstone=tombstone)
-        deleted = _tombstone_difference(tombstone, stored.deleted_at is not None)
+            session.mode = "insert"
+            await conn.execute(s.insert(), row)
+            return
+        session.mode = "compare"
+        deleted = _tombstone_difference(session.tombstone, stored.deleted_at is not None)
         difference = _first_difference(row, stored._mapping, self.codecs["session"].columns)
         if deleted is not None or difference is not None:
-            await conn.rollback()
-            session.mode = "skip"
-            session.reason = deleted or f"its session row differs in {difference}"
-        return session
+            await self._differs(session, deleted or f"its session row differs in {difference}")
 
-    async def _refused(self, conn: AsyncConnection, session: _Session, error: Exception) -> None:
-        if not isinstance(error, IntegrityError) and not (
-            isinstance(error, DBAPIError)
-            and dialects.classify(self.ledger.rules, error) is dialects.Failure.TOO_LARGE
-        ):
-            raise error
-        await conn.rollback()
-        session.mode, session.failed = "skip", True
-        cause = getattr(error, "orig", None) or error
-        session.reason = f"the database refused it: {' '.join(str(cause).split())[:300]}"
+    async def _snapshot(self, session: _Session, row: Record) -> None:
+        await self._flush(session)
+        if session.mode == "compare":
+            await self._compare_snapshot(session, row)
+            return
+        if session.mode != "insert":
+            return
+        too_large = self._oversize("snapshot", row)
+        if too_large is not None:
+            await self._rollback()
+            self._refuse(session, too_large)
+            return
+        await (await self._connection()).execute(snapshots_table.insert(), row)
 
-    async def _row(self, conn: AsyncConnection, session: _Session, kind: str, row: Record) -> None:
-        if kind == "snapshot":
-            session.snapshots += 1
-        else:
-            session.messages += 1
-        if session.mode == "skip":
-            if kind == "message":
-                self.tracker.advance(messages=1)
-            return
-        if kind == "snapshot":
-            await self._flush(conn, session)
-            if session.mode == "insert":
-                try:
-                    await conn.execute(snapshots_table.insert(), row)
-                except (IntegrityError, DBAPIError) as error:
-                    await self._refused(conn, session, error)
-            else:
-                await self._compare_snapshot(conn, session, row)
-            return
+    async def _message(self, session: _Session, row: Record) -> None:
+        bound = 0
+        if session.mode == "insert":
+            too_large = self._oversize("message", row)
+            if too_large is not None:
+                await self._rollback()
+                self._refuse(session, too_large)
+                return
+            # A batch goes in one statement on MySQL (aiomysql writes a multi-row INSERT):
+            # it must stay within the statement limit as a single row does.
+            bound = _row_bound(row)
+            if session.batch and session.batch_bound + bound > self.limit:
+                await self._flush(session)
         session.batch.append(row)
+        session.batch_bound += bound
         # The long texts, roughly: enough to keep one statement well within a server's limit.
         session.batch_bytes += len(row["message_json"]) + len(row["content"])
         if len(session.batch) >= BATCH_ROWS or session.batch_bytes >= BATCH_BYTES:
-            await self._flush(conn, session)
+            await self._flush(session)
 
     def _messages_insert(self, conn: AsyncConnection) -> BulkInsert:
         if self._bulk is None:
             self._bulk = BulkInsert(raw_messages_table, self.codecs["message"].columns, conn.dialect)
         return self._bulk
 
-    async def _flush(self, conn: AsyncConnection, session: _Session) -> None:
-        batch, session.batch, session.batch_bytes = session.batch, [], 0
+    async def _flush(self, session: _Session) -> None:
+        batch, session.batch = session.batch, []
+        session.batch_bytes, session.batch_bound = 0, validate.STATEMENT_OVERHEAD
         if not batch:
             return
-        self.tracker.advance(messages=len(batch))
+        conn = await self._connection()
         if session.mode == "insert":
-            try:
-                await self._messages_insert(conn).execute(conn, batch)
-            except (IntegrityError, DBAPIError) as error:
-                await self._refused(conn, session, error)
+            await self._messages_insert(conn).execute(conn, batch)
         elif session.mode == "compare":
             r = raw_messages_table
             stored = {
@@ -316,48 +613,34 @@ class Importer:
             for row in batch:
                 found = stored.get(row["sequence"])
                 if found is None:
-                    await self._differs(conn, session, f"the database lacks its message {row['sequence']}")
+                    await self._differs(session, f"the database lacks its message {row['sequence']}")
                     return
                 difference = _first_difference(row, found, self.codecs["message"].columns)
                 if difference is not None:
-                    await self._differs(conn, session, f"message {row['sequence']} differs in {difference}")
+                    await self._differs(session, f"message {row['sequence']} differs in {difference}")
                     return
 
-    async def _compare_snapshot(self, conn: AsyncConnection, session: _Session, row: Record) -> None:
+    async def _compare_snapshot(self, session: _Session, row: Record) -> None:
         v = snapshots_table
+        conn = await self._connection()
         stored = (
             await conn.execute(select(v).where(v.c.session_id == session.id, v.c.version == row["version"]))
         ).one_or_none()
         if stored is None:
-            await self._differs(conn, session, f"the database lacks its checkpoint version {row['version']}")
+            await self._differs(session, f"the database lacks its checkpoint version {row['version']}")
             return
         difference = _first_difference(row, stored._mapping, self.codecs["snapshot"].columns)
         if difference is not None:
-            await self._differs(conn, session, f"checkpoint version {row['version']} differs in {difference}")
+            await self._differs(session, f"checkpoint version {row['version']} differs in {difference}")
 
-    async def _differs(self, conn: AsyncConnection, session: _Session, reason: str) -> None:
-        await conn.rollback()
-        session.mode, session.reason = "skip", reason
-
-    async def _close(self, conn: AsyncConnection, session: _Session, end: Record, where: str) -> None:
-        await self._flush(conn, session)
-        if end.get("messages") != session.messages or end.get("snapshots") != session.snapshots:
-            if conn.in_transaction():
-                await conn.rollback()
-            raise FormatError(
-                f"{where}: session {session.id!r} ends with {end.get('messages')} messages and "
-                f"{end.get('snapshots')} checkpoints, but {session.messages} and {session.snapshots} "
-                "came before"
-            )
-        self.tracker.advance(sessions=1)
+    async def _close(self, session: _Session) -> None:
+        await self._flush(session)
+        conn = await self._connection()
         if session.mode == "insert":
+            session.mode = "committing"
             await conn.commit()
-            self.report.imported += 1
-            self.report.tombstones += session.tombstone
-            self.report.messages += session.messages
-            self.report.snapshots += session.snapshots
-            return
-        if session.mode == "compare":
+            session.mode = "imported"
+        elif session.mode == "compare":
             r, v = raw_messages_table, snapshots_table
             messages = await conn.scalar(
                 select(func.count()).select_from(r).where(r.c.session_id == session.id)
@@ -365,17 +648,39 @@ class Importer:
             snapshots = await conn.scalar(
                 select(func.count()).select_from(v).where(v.c.session_id == session.id)
             )
-            await conn.rollback()
+            await self._rollback()
             if (messages, snapshots) == (session.messages, session.snapshots):
-                self.report.identical += 1
+                session.mode = "identical"
                 return
+            session.mode = "skip"
             session.reason = (
                 f"the database has {messages} messages and {snapshots} checkpoints, "
                 f"the input {session.messages} and {session.snapshots}"
             )
-        if conn.in_transaction():
-            await conn.rollback()
-        self._problem(f"zett session {session.id!r}: {session.reason}; left as it is", failed=session.failed)
+
+    def _finish(self, session: _Session) -> None:
+        """Count a session done, and report it when it was not imported."""
+        session.spool.close()
+        self.tracker.advance(sessions=1)
+        self._show()
+        if session.mode == "identical" and not session.maybe_committed:
+            self.report.identical += 1
+        elif session.mode in ("imported", "identical"):
+            # "identical" after a lost COMMIT: this import's own commit, found on the retry.
+            self.report.imported += 1
+            self.report.tombstones += session.tombstone
+            self.report.messages += session.messages
+            self.report.snapshots += session.snapshots
+        else:
+            ending = "not imported" if session.failed else "left as it is"
+            self._problem(f"{session.label}: {session.reason}; {ending}", failed=session.failed)
+
+    def _show(self, messages: int = 0) -> None:
+        """Advance the progress bar by the messages read, a thousand at a time."""
+        self._unshown += messages
+        if self._unshown >= 1000 or not messages:
+            self.tracker.advance(messages=self._unshown)
+            self._unshown = 0
 
     def _problem(self, line: str, *, failed: bool) -> None:
         if failed:
@@ -388,34 +693,33 @@ class Importer:
 
     # -- rein sessions -------------------------------------------------------------
 
-    async def _rein(self, conn: AsyncConnection, row: Record) -> None:
+    async def _rein(self, session: _Session, row: Record) -> None:
         rein = rein_sessions_table
-        self.tracker.advance(sessions=1)
+        conn = await self._connection()
         await conn.begin()
         stored = (
             await conn.execute(select(rein).where(rein.c.id == row["id"]).with_for_update())
         ).one_or_none()
-        tombstone = row.get("session_json") is None
         if stored is not None:
-            await conn.rollback()
-            deleted = _tombstone_difference(tombstone, stored.session_json is None)
+            session.mode = "compare"
+            await self._rollback()
+            deleted = _tombstone_difference(session.tombstone, stored.session_json is None)
             difference = _first_difference(row, stored._mapping, self.codecs["rein_session"].columns)
             if deleted is None and difference is None:
-                self.report.identical += 1
+                session.mode = "identical"
             else:
-                reason = deleted or f"differs in {difference}"
-                self._problem(f"rein session {row['id']!r}: {reason}; left as it is", failed=False)
+                session.mode, session.reason = "skip", deleted or f"differs in {difference}"
             return
-        try:
-            await conn.execute(rein.insert(), row)
-        except (IntegrityError, DBAPIError) as error:
-            session = _Session(row["id"], "insert")
-            await self._refused(conn, session, error)
-            self._problem(f"rein session {row['id']!r}: {session.reason}", failed=True)
+        session.mode = "insert"
+        too_large = None if session.tombstone else self._oversize("rein", row)
+        if too_large is not None:
+            await self._rollback()
+            self._refuse(session, too_large)
             return
+        await conn.execute(rein.insert(), row)
+        session.mode = "committing"
         await conn.commit()
-        self.report.imported += 1
-        self.report.tombstones += tombstone
+        session.mode = "imported"
 
 
 def read_records(stream: IO[bytes]) -> Iterator[Record]:
