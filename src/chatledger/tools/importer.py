@@ -39,10 +39,10 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tenacity import AsyncRetrying, RetryCallState, stop_before_delay, wait_random_exponential
 
-from .. import dialects, migrate, validate
-from ..dsn import as_argument, display
+from .. import dialects, validate
+from ..dsn import display
 from ..engine import Ledger
-from ..errors import ChatledgerError, SchemaNotReady, StorageUnavailable
+from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
@@ -178,31 +178,14 @@ def _said(error: BaseException) -> str:
 
 def database_error(ledger: Ledger, error: DBAPIError | OSError) -> ChatledgerError:
     """The chatledger error of a database error that the import (or export) does not
-    handle itself, naming the database of ``ledger``: the one place where the tools map
-    them (``dialects.classify``).
-
-    A missing table or column is :class:`SchemaNotReady`; a refused configuration
-    :class:`ConfigurationError`; a lost or refused connection or a transient failure
-    :class:`StorageUnavailable`; anything else a :class:`ChatledgerError` with the
-    server's message. The SQLAlchemy error is the ``__cause__`` (``raise ... from``).
-    """
-    where = display(ledger.url)
+    handle itself, naming the database of ``ledger``: the library's one total mapping
+    (:func:`chatledger.dialects.database_error`), and a socket error as a lost
+    connection. The caller raises it ``from`` the error."""
     if isinstance(error, OSError):
-        return StorageUnavailable(f"the connection to {where} was lost or refused: {_said(error)}")
-    failure = dialects.classify(ledger.rules, error)
-    if failure is dialects.Failure.CONFIGURATION:
-        return dialects.configuration_error(ledger.rules, error, ledger.url)
-    if failure is dialects.Failure.SCHEMA:
-        dsn = as_argument(ledger.url)
-        return SchemaNotReady(
-            f"database {where} lacks a table or column this chatledger uses, so its schema is not "
-            f"the one revision {migrate.head_revision()} creates (an older or hand-made schema, or one "
-            f"changed by hand). Run `chatledger check --dsn {dsn}` to see where it stands, then "
-            f"`chatledger upgrade --dsn {dsn}` as the schema owner. The server said: {_said(error)}"
+        return StorageUnavailable(
+            f"the connection to {display(ledger.url)} was lost or refused: {_said(error)}"
         )
-    if failure in (dialects.Failure.TRANSIENT, dialects.Failure.CONNECTION):
-        return StorageUnavailable(f"database {where} could not complete the call: {_said(error)}")
-    return ChatledgerError(f"database {where} refused a statement: {_said(error)}")
+    return dialects.database_error(ledger.rules, error, ledger.url)
 
 
 class Importer:
