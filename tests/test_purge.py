@@ -81,6 +81,36 @@ async def test_zett_purge_keeps_a_session_appended_to_after_its_page_was_read(
     assert await storage.get_session(first) is None and await storage.get_session(third) is None
 
 
+async def test_zett_purge_keeps_a_session_checkpointed_or_retitled_after_its_page_was_read(
+    storage: LedgerSessionStorage, database: Database, base: str
+) -> None:
+    """A checkpoint leaves ``updated_at`` alone (zett-agent's "last active" is the raw
+    log's last message), yet it is a write: the purge's delete also checks that the
+    counter row's versions are as its page read them. The checkpoint comes from another
+    store, as from another service resuming the session."""
+    first, second, third = (f"{base}{name}" for name in ("a", "b", "c"))
+    for session_id in (first, second, third):
+        for content in ("one", "two"):
+            await storage.append(session_id, "r", UserMessage(content=content))
+    await set_idle(storage.url, sessions_table, {first: 42, second: 41, third: 40})
+
+    async with LedgerSessionStorage(database.url) as other:
+
+        async def progress(session_id: str, deleted: bool) -> None:
+            if session_id == first:  # the page with `second` and `third` was read before
+                await other.snapshot(second, CompactedMessage(content="sum"), 2, 0)
+                await other.update_session(third, title="renamed", expected_version=1)
+
+        deleted = await storage.purge_sessions(older_than=timedelta(days=30), prefix=base, progress=progress)
+
+    assert deleted == 1
+    view = await storage.load(second)
+    assert view.snapshot is not None and view.snapshot.version == 1
+    summary = await storage.get_session(third)
+    assert summary is not None and summary.title == "renamed"
+    assert await storage.get_session(first) is None
+
+
 async def test_rein_purge_keeps_a_session_saved_after_its_page_was_read(
     database: Database, store: LedgerSessionStore, base: str
 ) -> None:

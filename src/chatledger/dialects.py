@@ -61,7 +61,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from .dsn import display
+from .dsn import as_argument, display
 from .errors import (
     ChatledgerError,
     ConfigurationError,
@@ -1174,8 +1174,9 @@ def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL
     if failure is Failure.SCHEMA:
         return SchemaNotReady(
             f"database {where} lacks a table or column this chatledger uses (an older, hand-made "
-            "or hand-changed schema); run `chatledger check` on it, then `chatledger upgrade` as "
-            f"the schema owner. The server said ({said})"
+            f"or hand-changed schema); run `chatledger check --dsn {as_argument(url)}` to see where it "
+            "stands, then `chatledger upgrade` with the schema owner's DSN. The server said "
+            f"({said})"
         )
     if failure in (Failure.READ_ONLY, Failure.FULL):
         reason = failure.value

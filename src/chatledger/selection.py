@@ -15,7 +15,7 @@ for byte on every backend (:func:`id_prefix`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -161,18 +161,26 @@ async def count(ledger: Ledger, table: Table, live: ColumnElement[bool], selecti
 
 
 async def candidates(
-    ledger: Ledger, table: Table, live: ColumnElement[bool], selection: Selection, size: int = PURGE_BATCH
-) -> AsyncIterator[list[str]]:
-    """The ids of the live sessions selected, a page of at most ``size`` at a time, each
-    page its own read. Keyset paging, so a deletion cannot make a page repeat or skip an
-    id: with a cutoff, in activity order (``updated_at``, then id; the activity index);
-    by prefix alone, in id order (the primary key's range)."""
+    ledger: Ledger,
+    table: Table,
+    live: ColumnElement[bool],
+    selection: Selection,
+    size: int = PURGE_BATCH,
+    *,
+    versions: Sequence[str] = (),
+) -> AsyncIterator[list[Any]]:
+    """The live sessions selected, a page of at most ``size`` rows at a time, each page
+    its own read; each row has the ``id`` and the ``versions`` columns named (what
+    :func:`purge` checks again when it deletes). Keyset paging, so a deletion cannot
+    make a page repeat or skip an id: with a cutoff, in activity order (``updated_at``,
+    then id; the activity index); by prefix alone, in id order (the primary key's
+    range)."""
     conditions = [live, *selection.where(table, ledger.rules)]
     by_activity = selection.idle_before is not None
     order = (table.c.updated_at, table.c.id) if by_activity else (table.c.id,)
     after: Any = None
     while True:
-        statement = select(*order).where(*conditions)
+        statement = select(*order, *(table.c[name] for name in versions)).where(*conditions)
         if after is not None:
             if by_activity:
                 statement = statement.where(
@@ -191,7 +199,7 @@ async def candidates(
         rows = await ledger.read(work)
         if not rows:
             return
-        yield [row.id for row in rows]
+        yield rows
         after = rows[-1]
 
 
@@ -200,21 +208,25 @@ async def purge(
     table: Table,
     live: ColumnElement[bool],
     selection: Selection,
-    delete: Callable[[str], Awaitable[bool]],
+    delete: Callable[[str, Mapping[str, Any]], Awaitable[bool]],
     *,
+    versions: Sequence[str] = (),
     size: int = PURGE_BATCH,
     progress: Progress | None = None,
 ) -> int:
     """Page the selected sessions (:func:`candidates`) and ``delete`` each, which must
-    decide again in its own transaction (the selection in its tombstone ``UPDATE``'s
-    WHERE). Returns how many it deleted."""
+    decide again in its own transaction: the selection, and the ``versions`` columns
+    still as the page read them (given as the mapping), in its tombstone ``UPDATE``'s
+    WHERE. A session written to after its page was read is kept, even by a write that
+    leaves ``updated_at`` alone (a checkpoint: "last active" is the raw log's last
+    message, as zett-agent defines it). Returns how many it deleted."""
     deleted = 0
-    async for page in candidates(ledger, table, live, selection, size):
-        for session_id in page:
-            done = await delete(session_id)
+    async for page in candidates(ledger, table, live, selection, size, versions=versions):
+        for row in page:
+            done = await delete(row.id, {name: row._mapping[name] for name in versions})
             deleted += done
             if progress is not None:
-                reported = progress(session_id, done)
+                reported = progress(row.id, done)
                 if inspect.isawaitable(reported):
                     await reported
     return deleted

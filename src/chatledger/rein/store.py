@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -149,11 +149,15 @@ async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
     return await ledger.read(work)
 
 
-async def _delete(ledger: Ledger, id: str, selection: Selection) -> bool:
+async def _delete(
+    ledger: Ledger, id: str, selection: Selection, seen: Mapping[str, Any] | None = None
+) -> bool:
     """The one delete: tombstones the session if it is live and still in ``selection``
-    (decided by the ``UPDATE``'s WHERE, in the deleting transaction)."""
+    (and, for a purge, still at the version ``seen`` when its page was read), decided
+    by the ``UPDATE``'s WHERE, in the deleting transaction."""
     latest = ledger.rules.latest
     selected = selection.where(_rein, ledger.rules)
+    selected += [_rein.c[name] == value for name, value in (seen or {}).items()]
 
     async def work(conn: AsyncConnection) -> bool:
         # A tombstone, not a missing row: the id's versions go on counting after it, so
@@ -174,10 +178,13 @@ async def _delete(ledger: Ledger, id: str, selection: Selection) -> bool:
 
 
 async def _purge(ledger: Ledger, selection: Selection, size: int, progress: Progress | None) -> int:
-    async def delete_one(id: str) -> bool:
-        return await _delete(ledger, id, selection)
+    async def delete_one(id: str, seen: Mapping[str, Any]) -> bool:
+        return await _delete(ledger, id, selection, seen)
 
-    return await purge(ledger, _rein, _live, selection, delete_one, size=size, progress=progress)
+    # Every save and delete moves the version.
+    return await purge(
+        ledger, _rein, _live, selection, delete_one, versions=("version",), size=size, progress=progress
+    )
 
 
 async def _contains(ledger: Ledger, id: str) -> bool:

@@ -434,7 +434,9 @@ class Importer:
             if failure is dialects.Failure.TOO_LARGE:
                 self._refuse(session, f"the database refused it as too large: {_said(error)}")
                 return
-            if failure is dialects.Failure.OTHER and isinstance(error, IntegrityError | DataError):
+            if failure in (dialects.Failure.CONSTRAINT, dialects.Failure.OTHER) and isinstance(
+                error, IntegrityError | DataError
+            ):
                 # A duplicate key is what an insert meets when another writer committed the
                 # session meanwhile: then it is compared, as a re-run compares it. Else (or
                 # again and again) the database refuses a row of it.

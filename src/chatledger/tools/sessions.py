@@ -458,8 +458,8 @@ async def _list_selected(
     activity first with a cutoff, else in id order), then how many more."""
     for kind in kinds:
         async for page in candidates(selector, _table(kind), _live(kind), selection, SHOWN_IDS):
-            for session_id in page:
-                _say(console, f"  {kind}  {session_id}")
+            for row in page:
+                _say(console, f"  {kind}  {row.id}")
             break
         more = counts[kind] - min(counts[kind], SHOWN_IDS)
         if more:

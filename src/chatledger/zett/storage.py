@@ -33,6 +33,10 @@ from .cache import CachedTail, TailCache
 #: Session type of sessions created by an append (zett's ``_DEFAULT_SESSION_TYPE``).
 DEFAULT_SESSION_TYPE = 0
 
+#: The counter row's columns that every write to a session moves (an append, a
+#: checkpoint, a field change): a purge deletes a session only while they are as its
+#: page read them.
+_WRITTEN = ("last_sequence", "snapshot_version", "fields_version")
 #: A session row that is not a tombstone; every read of a session filters on it.
 _live = _sessions.c.deleted_at.is_(None)
 #: A load's first statement: the counter row with its current checkpoint's columns as
@@ -714,15 +718,28 @@ class LedgerSessionStorage:
         selection = Selection.of(idle_before=idle_before, older_than=older_than, prefix=prefix)
         size = validate.integer(batch_size, "batch_size", minimum=1)
 
-        async def delete_one(session_id: str) -> bool:
-            return await self._delete(session_id, selection)
+        async def delete_one(session_id: str, seen: Mapping[str, Any]) -> bool:
+            return await self._delete(session_id, selection, seen)
 
-        return await purge(self.ledger, _sessions, _live, selection, delete_one, size=size, progress=progress)
+        return await purge(
+            self.ledger,
+            _sessions,
+            _live,
+            selection,
+            delete_one,
+            versions=_WRITTEN,
+            size=size,
+            progress=progress,
+        )
 
-    async def _delete(self, session_id: str, selection: Selection) -> bool:
-        """The one delete: tombstones the session if it is live and still in ``selection``."""
+    async def _delete(
+        self, session_id: str, selection: Selection, seen: Mapping[str, Any] | None = None
+    ) -> bool:
+        """The one delete: tombstones the session if it is live and still in ``selection``
+        (and, for a purge, still at the versions ``seen`` when its page was read)."""
         latest = self.ledger.rules.latest
         selected = selection.where(_sessions, self.ledger.rules)
+        selected += [_sessions.c[name] == value for name, value in (seen or {}).items()]
 
         async def work(conn: AsyncConnection) -> bool:
             now = clock.utc_now()
