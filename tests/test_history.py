@@ -35,7 +35,7 @@ portal), kept for the test; each example's stores are closed in ``teardown``.
 
 Examples are derandomized (the same histories every run, so CI is reproducible;
 timing of faults and concurrency still varies). ``CHATLEDGER_HISTORY_EXAMPLES``
-(default 6) and ``CHATLEDGER_HISTORY_STEPS`` (default 25) set the budget per target;
+(default 5) and ``CHATLEDGER_HISTORY_STEPS`` (default 40) set the budget per target;
 ``CHATLEDGER_HISTORY_RANDOM=1`` draws new histories each run: ``make soak``.
 """
 
@@ -48,6 +48,7 @@ import itertools
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from rein import Session
@@ -88,8 +89,8 @@ from .fresh import fresh_database
 from .history_model import Checkpoint, Message, ReinModel, ZettModel, known_fault
 from .proxy import Proxy
 
-EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "6"))
-STEPS = int(os.environ.get("CHATLEDGER_HISTORY_STEPS", "25"))
+EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "5"))
+STEPS = int(os.environ.get("CHATLEDGER_HISTORY_STEPS", "40"))
 #: New histories each run (the soak); never in CI, which must be reproducible.
 RANDOM = os.environ.get("CHATLEDGER_HISTORY_RANDOM", "") == "1" and os.environ.get("CI") != "true"
 
@@ -101,7 +102,7 @@ PURGE_PREFIXES = ("", "a", "A", "b")
 #: The faults a group of calls may meet (on the server targets; SQLite has no proxy).
 FAULTS = ("none", "none", "none", "drop-before", "drop-after-commit", "unreachable")
 #: Seconds after which a call is cancelled (``None``: it is not).
-CANCELS = (None, None, None, None, 0.0, 0.002, 0.005, 0.01, 0.02)
+CANCELS = (None,) * 20 + (0.0, 0.002, 0.005, 0.01, 0.02)
 #: The retry budget of the stores that meet "unreachable": short, so that they give up.
 SHORT_BUDGET = 0.5
 #: How long the proxy refuses connections in "unreachable", in seconds.
@@ -180,6 +181,8 @@ class World:
     mirror_observer: LedgerSessionStorage
     mirror_rein_observer: LedgerSessionStore
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    #: What the histories met: outcomes per call kind, faults met (printed at the end).
+    tally: Counter[str] = field(default_factory=Counter)
 
     @property
     def proxied(self) -> URL:
@@ -339,12 +342,19 @@ class HistoryMachine(RuleBasedStateMachine):
         self.exports: list[Export] = []
         #: What the mirror database holds of this namespace: (kind, id) -> the model then.
         self.mirrored: dict[tuple[str, str], ZettModel | ReinModel] = {}
+        self.events: list[str] = []
 
     def run(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         async def bounded() -> Any:
             return await asyncio.wait_for(function(*args), TIMEOUT)
 
-        return self.portal.call(bounded)
+        try:
+            return self.portal.call(bounded)
+        finally:
+            for name in self.events:
+                event(name)
+                self.world.tally[name] += 1
+            self.events.clear()
 
     def teardown(self) -> None:
         async def close() -> None:
@@ -358,9 +368,12 @@ class HistoryMachine(RuleBasedStateMachine):
     # -- running a group of calls under a fault ----------------------------------------
 
     async def group(
-        self, calls: Sequence[tuple[Callable[[], Awaitable[Any]], float | None]], fault: str
+        self, calls: Sequence[tuple[Callable[[], Awaitable[Any]], float | None]], fault: str, label: str
     ) -> list[Outcome]:
+        """Run ``calls`` at once (each cancelled after its delay, if any) under ``fault``;
+        then wait for the database to finish what they sent (:meth:`World.quiesce`)."""
         proxy = self.world.proxy
+        met = len(proxy.log) if proxy is not None else 0
         reopening: asyncio.Task[None] | None = None
         if proxy is not None and fault != "none":
             if fault == "unreachable":
@@ -372,6 +385,11 @@ class HistoryMachine(RuleBasedStateMachine):
             outcomes = list(await asyncio.gather(*(_one(call, cancel) for call, cancel in calls)))
             if fault != "none" or any(cancel is not None for _, cancel in calls):
                 await self.world.quiesce()
+            for outcome in outcomes:
+                self.events.append(f"{label}: {type(outcome.error).__name__ if outcome.error else 'ok'}")
+            if proxy is not None and fault != "none":
+                hit = any(event in ("dropped before", "commit answered") for _, event in proxy.log[met:])
+                self.events.append(f"fault {fault}: {'met' if hit else 'not met'}")
             return outcomes
         finally:
             if proxy is not None:
@@ -396,6 +414,11 @@ class HistoryMachine(RuleBasedStateMachine):
         with ``reader``, a load of the first one's session runs alongside."""
         self.run(self._appends, calls, fault, reader)
 
+    @rule(store=stores, key=keys)
+    def append(self, store: int, key: int) -> None:
+        """One append, without fault: histories grow sessions long enough to checkpoint."""
+        self.run(self._appends, [(store, key, None)], "none", False)
+
     async def _appends(self, calls: list[tuple[int, int, float | None]], fault: str, reader: bool) -> None:
         plan = [
             (store, self.ids[key], Message(str(uuid.uuid4()), self.fresh_text("m")), cancel)
@@ -411,7 +434,7 @@ class HistoryMachine(RuleBasedStateMachine):
         group = [(append(store, id, message), cancel) for store, id, message, cancel in plan]
         if reader:
             group.append((lambda: self.stores[0].load(plan[0][1]), None))
-        outcomes = await self.group(group, fault)
+        outcomes = await self.group(group, fault, "append")
         for id, model in before.items():
             mine = [
                 (store, message, outcomes[n])
@@ -517,6 +540,7 @@ class HistoryMachine(RuleBasedStateMachine):
                 for (store, cancel), content in zip(writers, contents, strict=True)
             ],
             fault,
+            "snapshot",
         )
         what = f"checkpoint of {id!r} through {boundary} at version {expected_version} ({version})"
         refusal: tuple[type[BaseException], ...] | None = None
@@ -576,7 +600,9 @@ class HistoryMachine(RuleBasedStateMachine):
 
     async def _delete(self, store: int, id: str, fault: str, cancel: float | None) -> None:
         model = self.zett[id]
-        (outcome,) = await self.group([(lambda: self.stores[store].delete_session(id), cancel)], fault)
+        (outcome,) = await self.group(
+            [(lambda: self.stores[store].delete_session(id), cancel)], fault, "delete"
+        )
         what = f"delete of {id!r}"
         if outcome.ambiguous or outcome.unavailable:
             live = await self.world.observer.get_session(id) is not None
@@ -606,7 +632,7 @@ class HistoryMachine(RuleBasedStateMachine):
         def create() -> Awaitable[Any]:
             return self.stores[store].create_session(session_id=id, session_type=session_type)
 
-        (outcome,) = await self.group([(create, cancel)], fault)
+        (outcome,) = await self.group([(create, cancel)], fault, "create")
         what = f"create of {id!r}"
         if model.live:
             if outcome.ambiguous or outcome.unavailable:
@@ -658,7 +684,9 @@ class HistoryMachine(RuleBasedStateMachine):
                 id, Session(iteration=iteration), expected_version=expected_version[id]
             )
 
-        outcomes = await self.group([(save(s, id, it), cancel) for s, id, it, cancel in plan], fault)
+        outcomes = await self.group(
+            [(save(s, id, it), cancel) for s, id, it, cancel in plan], fault, "rein save"
+        )
         for id, model in before.items():
             what = f"rein saves of {id!r} ({mode}, expected_version {expected_version[id]})"
             mine = [(it, outcomes[n]) for n, (_, each, it, _) in enumerate(plan) if each == id]
@@ -697,7 +725,9 @@ class HistoryMachine(RuleBasedStateMachine):
 
     async def _rein_delete(self, store: int, id: str, fault: str, cancel: float | None) -> None:
         model = self.rein[id]
-        (outcome,) = await self.group([(lambda: self.rein_stores[store].adelete(id), cancel)], fault)
+        (outcome,) = await self.group(
+            [(lambda: self.rein_stores[store].adelete(id), cancel)], fault, "rein delete"
+        )
         what = f"rein delete of {id!r}"
         if outcome.ambiguous or outcome.unavailable:
             live = await self.world.rein_observer.acontains(id)
@@ -824,7 +854,7 @@ class HistoryMachine(RuleBasedStateMachine):
             which
         ]
         url = self.world.proxied if proxied else self.world.url
-        (outcome,) = await self.group([(lambda: import_file(url, str(chosen.path)), None)], fault)
+        (outcome,) = await self.group([(lambda: import_file(url, str(chosen.path)), None)], fault, "import")
         if outcome.error is not None:
             what = f"import of {chosen.path.name} under {fault}"
             if isinstance(outcome.error, SQLAlchemyError) and fault != "none" and proxied:
@@ -902,6 +932,7 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_the_model(self) -> None:
+        self.events.append("step")
         self.run(self._matches)
 
     async def _matches(self) -> None:
@@ -1000,3 +1031,4 @@ def test_history(database: Database, tmp_path: Path) -> None:
             run_state_machine_as_test(machine, settings=HISTORY_SETTINGS)
         finally:
             portal.call(close_world, world)
+            print(f"\nhistories on {database.target} met:", dict(sorted(world.tally.items())))
