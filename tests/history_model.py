@@ -33,9 +33,6 @@ KNOWN_FAULTS: dict[str, str] = {
     "appended to after its cutoff",
     "purge-prefix-folds-case": "issue 17 fault 3 (branch purge): purge deleted a session its "
     "prefix does not select byte for byte",
-    # The importer's own transactions, which no retry or error mapping covers yet.
-    "raw-error-in-tools": "issue 17 faults 4/5 (branches errors, importer): a raw "
-    "sqlalchemy.exc error escaped an import or copy under an injected fault",
 }
 
 

@@ -598,7 +598,14 @@ class HistoryMachine(RuleBasedStateMachine):
         if refusal is not None:
             assert not winners, (what, winners)
             return
-        assert len(winners) == 1, f"{what}: {len(winners)} checkpoints stored: {winners}"
+        # One is stored; unless every call was cancelled or lost, which may leave none.
+        decided = any(o.error is None or isinstance(o.error, SnapshotConflict) for o in outcomes)
+        assert len(winners) == 1 if decided else len(winners) <= 1, (
+            f"{what}: {len(winners)} stored: {winners}"
+        )
+        if not winners:
+            assert stored is None or stored.version == expected_version, (what, stored)
+            return
         winner = winners[0]
         assert (winner.version, winner.boundary) == (expected_version + 1, boundary), (what, winner)
         assert winner.id not in self.checkpoint_ids, f"{what}: checkpoint id {winner.id} used before"
@@ -883,11 +890,9 @@ class HistoryMachine(RuleBasedStateMachine):
         url = self.world.proxied if proxied else self.world.url
         (outcome,) = await self.group([(lambda: import_file(url, str(chosen.path)), None)], fault, "import")
         if outcome.error is not None:
-            what = f"import of {chosen.path.name} under {fault}"
-            if isinstance(outcome.error, SQLAlchemyError) and fault != "none" and proxied:
-                known_fault("raw-error-in-tools", f"{what}: {outcome.error!r}")
-            else:
-                expect_error(outcome, StorageUnavailable, what=what)
+            # Under a fault, the budget may run out (nothing is left half-imported: each
+            # session is one transaction, and an import run again skips what arrived).
+            expect_error(outcome, StorageUnavailable, what=f"import of {chosen.path.name} under {fault}")
             outcome = await _one(lambda: import_file(self.world.url, str(chosen.path)), None)
         assert outcome.error is None, f"import of {chosen.path.name}: raised {outcome.error!r}"
         report: ImportReport = outcome.value
