@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test soak bench lint clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ demo: $(VENV)/.zett-installed
 
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest $(ARGS)
+
+# The history checker (tests/test_history.py) with new random histories and a long
+# budget per target: SOAK_EXAMPLES histories of SOAK_STEPS steps each.
+SOAK_EXAMPLES ?= 300
+SOAK_STEPS ?= 50
+soak: $(VENV)/.dev-installed
+	CHATLEDGER_HISTORY_RANDOM=1 CHATLEDGER_HISTORY_EXAMPLES=$(SOAK_EXAMPLES) \
+		CHATLEDGER_HISTORY_STEPS=$(SOAK_STEPS) $(BIN)/python -m pytest tests/test_history.py $(ARGS)
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/chatledger bench $(ARGS)

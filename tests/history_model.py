@@ -1,0 +1,151 @@
+"""The plain in-memory model the history checker (``tests/test_history.py``) holds the
+database to: what every acknowledged call says is stored, and nothing else.
+
+One :class:`ZettModel` per zett session id and one :class:`ReinModel` per rein id:
+
+- a zett id's raw log is numbered gap-free from its generation's ``base`` (the
+  deleted generation's last sequence; 0 for the first), each sequence holding the
+  one message acknowledged at it; a checkpoint version is used once per generation,
+  and a checkpoint id once ever;
+- a rein id's version counts every save and delete of the id, never reset;
+- ``revision`` counts the changes the database made to the session (what an import
+  compares: an export taken at revision r is identical to the database while the
+  session is still at r).
+
+Known faults of today's main that other branches fix are listed in
+:data:`KNOWN_FAULTS`; a check that meets one of them warns instead of failing,
+until the lead deletes its entry at merge.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field
+
+#: Faults of issue 17 that other branches of this round fix. While one is listed here,
+#: the one check that meets it warns (:class:`KnownFault`) and the model follows what
+#: the database did; delete the entry when the branch is merged, and the check is strict.
+KNOWN_FAULTS: dict[str, str] = {
+    # `chatledger sessions purge` (the CLI's read-then-delete loop) until the library's
+    # conditional purge lands.
+    "purge-deletes-active": "issue 17 fault 2 (branch purge): purge deleted a session that was "
+    "appended to after its cutoff",
+    "purge-prefix-folds-case": "issue 17 fault 3 (branch purge): purge deleted a session its "
+    "prefix does not select byte for byte",
+}
+
+
+class KnownFault(UserWarning):
+    """A check met a fault listed in :data:`KNOWN_FAULTS`."""
+
+
+def known_fault(name: str, detail: str) -> None:
+    """Warn about a listed fault, or fail when its entry is gone (its fix merged)."""
+    if name in KNOWN_FAULTS:
+        warnings.warn(KnownFault(f"{KNOWN_FAULTS[name]}: {detail}"), stacklevel=2)
+        return
+    raise AssertionError(f"{name}: {detail}")
+
+
+@dataclass(frozen=True)
+class Message:
+    message_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: str
+    version: int
+    boundary: int
+    content: str
+
+
+@dataclass
+class ZettModel:
+    """One zett session id."""
+
+    #: A counter row exists (a live session or a tombstone).
+    row: bool = False
+    live: bool = False
+    #: The last sequence of the deleted generations (the current one numbers after it).
+    base: int = 0
+    #: The current generation's messages, at sequences base+1, base+2, ...
+    messages: list[Message] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    session_type: int = 0
+    revision: int = 0
+
+    @property
+    def last(self) -> int:
+        return self.base + len(self.messages)
+
+    @property
+    def version(self) -> int:
+        return self.checkpoint.version if self.checkpoint is not None else 0
+
+    @property
+    def boundary(self) -> int:
+        return self.checkpoint.boundary if self.checkpoint is not None else self.base
+
+    def records(self) -> list[tuple[int, str, str]]:
+        """``(sequence, message id, content)`` of the current generation's raw log."""
+        return [
+            (self.base + index, message.message_id, message.content)
+            for index, message in enumerate(self.messages, start=1)
+        ]
+
+    def append(self, message: Message) -> int:
+        """An append applied: the session exists from now on."""
+        assert self.live or not self.row, "an append to a tombstone must be refused"
+        self.row = self.live = True
+        self.messages.append(message)
+        self.revision += 1
+        return self.last
+
+    def delete(self) -> None:
+        assert self.live
+        self.live = False
+        self.base = self.last
+        self.messages = []
+        self.checkpoint = None
+        self.revision += 1
+
+    def create(self, session_type: int) -> None:
+        assert not self.live
+        self.row = self.live = True
+        self.messages = []
+        self.checkpoint = None
+        self.session_type = session_type
+        self.revision += 1
+
+    def frozen(self) -> ZettModel:
+        return copy.deepcopy(self)
+
+
+@dataclass
+class ReinModel:
+    """One rein session id."""
+
+    #: Every save and delete bumps it; 0: never saved.
+    version: int = 0
+    live: bool = False
+    #: The saved ``Session``'s ``iteration``: each save in a history saves its own.
+    iteration: int = 0
+    revision: int = 0
+
+    def save(self, iteration: int) -> None:
+        self.version += 1
+        self.live = True
+        self.iteration = iteration
+        self.revision += 1
+
+    def delete(self) -> None:
+        assert self.live
+        self.version += 1
+        self.live = False
+        self.revision += 1
+
+    def frozen(self) -> ReinModel:
+        return copy.deepcopy(self)
