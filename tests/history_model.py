@@ -11,41 +11,12 @@ One :class:`ZettModel` per zett session id and one :class:`ReinModel` per rein i
 - ``revision`` counts the changes the database made to the session (what an import
   compares: an export taken at revision r is identical to the database while the
   session is still at r).
-
-Known faults of today's main that other branches fix are listed in
-:data:`KNOWN_FAULTS`; a check that meets one of them warns instead of failing,
-until the lead deletes its entry at merge.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass, field
-
-#: Faults of issue 17 that other branches of this round fix. While one is listed here,
-#: the one check that meets it warns (:class:`KnownFault`) and the model follows what
-#: the database did; delete the entry when the branch is merged, and the check is strict.
-KNOWN_FAULTS: dict[str, str] = {
-    # `chatledger sessions purge` (the CLI's read-then-delete loop) until the library's
-    # conditional purge lands.
-    "purge-deletes-active": "issue 17 fault 2 (branch purge): purge deleted a session that was "
-    "appended to after its cutoff",
-    "purge-prefix-folds-case": "issue 17 fault 3 (branch purge): purge deleted a session its "
-    "prefix does not select byte for byte",
-}
-
-
-class KnownFault(UserWarning):
-    """A check met a fault listed in :data:`KNOWN_FAULTS`."""
-
-
-def known_fault(name: str, detail: str) -> None:
-    """Warn about a listed fault, or fail when its entry is gone (its fix merged)."""
-    if name in KNOWN_FAULTS:
-        warnings.warn(KnownFault(f"{KNOWN_FAULTS[name]}: {detail}"), stacklevel=2)
-        return
-    raise AssertionError(f"{name}: {detail}")
 
 
 @dataclass(frozen=True)

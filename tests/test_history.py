@@ -86,7 +86,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .fresh import fresh_database
-from .history_model import Checkpoint, Message, ReinModel, ZettModel, known_fault
+from .history_model import Checkpoint, Message, ReinModel, ZettModel
 from .proxy import Proxy
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "10"))
@@ -826,8 +826,7 @@ class HistoryMachine(RuleBasedStateMachine):
                 active = id
             else:  # the purge deleted it first
                 expect_error(outcome, SessionDeleted, what=what)
-                # (Deleted though its prefix does not select it: checked with the others below.)
-                assert before[id].live and id.lower().startswith(prefix.lower()), what
+                assert before[id].live and id.startswith(prefix), what
         rows = await self._zett_rows()
         for id, model in self.zett.items():
             selected = model.live and id.startswith(prefix) and id != active
@@ -836,26 +835,16 @@ class HistoryMachine(RuleBasedStateMachine):
                 assert not live, f"purge of {prefix!r} left {id!r}"
                 model.delete()
             elif model.live and not live:
-                what = f"purge of {prefix!r} (older than 0 s: {older_than_zero}) deleted {id!r}"
-                if not id.startswith(prefix) and id.lower().startswith(prefix.lower()):
-                    known_fault("purge-prefix-folds-case", what)
-                elif id == active:
-                    known_fault("purge-deletes-active", what)
-                else:
-                    raise AssertionError(what)
-                model.delete()
+                raise AssertionError(
+                    f"purge of {prefix!r} (older than 0 s: {older_than_zero}) deleted {id!r}"
+                )
         for id, rein in self.rein.items():
             live = await self.world.rein_observer.acontains(id)
             if rein.live and id.startswith(prefix):
                 assert not live, f"purge of {prefix!r} left rein session {id!r}"
                 rein.delete()
             elif rein.live and not live:
-                what = f"purge of {prefix!r} deleted rein session {id!r}"
-                if id.lower().startswith(prefix.lower()):
-                    known_fault("purge-prefix-folds-case", what)
-                else:
-                    raise AssertionError(what)
-                rein.delete()
+                raise AssertionError(f"purge of {prefix!r} deleted rein session {id!r}")
 
     # -- export, import, copy -----------------------------------------------------------
 
