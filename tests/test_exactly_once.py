@@ -23,12 +23,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
 from chatledger import OutcomeUnknown, StorageUnavailable
+from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import Servers, serializable_postgres
@@ -166,6 +169,44 @@ async def test_unreachable_after_a_lost_commit_raises_outcome_unknown_then_settl
             await storage.append(f"{session_id}-other", "r", UserMessage(content="x"), message_id=message_id)
         assert await storage.get_session(f"{session_id}-other") is None
     finally:
+        await storage.close()
+
+
+async def test_no_free_connection_to_settle_a_lost_commit_is_outcome_unknown(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    """The COMMIT's answer is lost, and the settle then finds no pooled connection free
+    in time (the only one serves a call queued behind a row lock): the write was
+    committed, so the call must not say that nothing was (a plain
+    ``StorageUnavailable``, which invites a repeat without the id that stores it twice)."""
+    storage = await _store(
+        proxy, server_url, pool_size=1, max_overflow=0, pool_timeout=1, retry_timeout=5, lock_timeout=10
+    )
+    other = f"{session_id}-other"
+    holder = create_async_engine(server_url, poolclass=NullPool)
+    try:
+        await _fill(storage, session_id, 1)
+        await _fill(storage, other, 1)
+        async with holder.connect() as held, held.begin():
+            # The queued call waits on this row lock, holding the pool's one connection.
+            await held.execute(
+                select(sessions_table.c.id).where(sessions_table.c.id == other).with_for_update()
+            )
+            proxy.arm("drop-after-commit")
+            lost = asyncio.create_task(storage.append(session_id, "r", UserMessage(content="m2")))
+            await asyncio.sleep(0)
+            queued = asyncio.create_task(storage.append(other, "r", UserMessage(content="queued")))
+            with pytest.raises(OutcomeUnknown) as caught:
+                await asyncio.wait_for(lost, TIMEOUT)
+        assert await asyncio.wait_for(queued, TIMEOUT) == 2
+        assert await _contents(server_url, session_id) == ["m1", "m2"]  # it was committed
+        again = await storage.append(
+            session_id, "r", UserMessage(content="m2"), message_id=caught.value.write_id
+        )
+        assert again == 2
+        assert await _contents(server_url, session_id) == ["m1", "m2"]
+    finally:
+        await holder.dispose()
         await storage.close()
 
 

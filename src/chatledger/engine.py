@@ -29,6 +29,7 @@ from .dsn import as_argument, display, resolve_dsn, sqlite_file
 from .errors import (
     AUTO_UPGRADE_HINT,
     ConfigurationError,
+    ConstraintViolation,
     DatabaseError,
     OutcomeUnknown,
     SchemaNotReady,
@@ -474,11 +475,38 @@ class Ledger:
                 self._count_retry(state)
                 await asyncio.sleep(state.upcoming_sleep)
                 state.prepare_for_next_attempt()
+            except (StorageUnavailable, ConfigurationError, SchemaNotReady, DatabaseError) as error:
+                # After a COMMIT whose outcome is unknown, no error may say that nothing
+                # was committed: one that ends the call before a settle found the write
+                # (no pooled connection free for it, a refusal of the database) leaves
+                # the first COMMIT's outcome unknown still. The work's own refusal of a
+                # write that settle did not find (a conflict) is the answer, and passes.
+                if ambiguous is None or isinstance(error, OutcomeUnknown | ConstraintViolation):
+                    raise
+                raise self._unknown(error, write_id, settled=settle is not None, ended=True) from error
 
     async def _settle(self, settle: Settle[T]) -> T | None:
         return await self._attempt(settle, write=False)
 
-    def _unknown(self, cause: BaseException, write_id: str | None, *, settled: bool) -> OutcomeUnknown:
+    def _unknown(
+        self, cause: BaseException, write_id: str | None, *, settled: bool, ended: bool = False
+    ) -> OutcomeUnknown:
+        """``ended``: ``cause`` is the error that ended the call after the lost COMMIT,
+        not the loss of the database for the rest of the budget."""
+        if ended:
+            how = f"and the call then ended before the write could be looked up ({_detail(cause)}). " + (
+                "Repeat the identical call once the database answers: the write carries the "
+                f"id {write_id!r}, so a repeat of one that was committed returns its result "
+                "and writes nothing"
+                if settled
+                else "Read the data back once the database answers to see whether it was "
+                "applied before repeating it"
+            )
+            return OutcomeUnknown(
+                f"the connection to {display(self.url)} was lost while the database committed this "
+                f"write, so whether it was applied is unknown, {how}",
+                write_id=write_id,
+            )
         if settled:
             how = (
                 f"and {display(self.url)} stayed unreachable for the rest of the retry budget "
