@@ -727,7 +727,7 @@ def _app_alembic_note(tables: list[str]) -> str:
     named = ", ".join(tables)
     return (
         f"Beside it, {named} {'is' if len(tables) == 1 else 'are'} an application's own Alembic version "
-        f"table{'s' if len(tables) > 1 else ''}: that application's env.py must pass "
+        f"table{'s' if len(tables) > 1 else ''}: unless it does already, that application's env.py must pass "
         "include_name=chatledger.migrate.include_name and include_object=chatledger.migrate.include_object "
         "to context.configure(), or its autogenerate drops chatledger's tables "
         '(README, "Deploying: migrations")'
