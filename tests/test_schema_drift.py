@@ -61,6 +61,14 @@ def statements(*sql: str) -> Callable[[Connection], None]:
     return execute
 
 
+def in_order(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    def run_all(connection: Connection) -> None:
+        for step in steps:
+            step(connection)
+
+    return run_all
+
+
 @dataclass(frozen=True)
 class Damage:
     """One change to a migrated database, per dialect (absent: does not apply)."""
@@ -73,6 +81,8 @@ class Damage:
 
 
 CHECK = "ck_agent_sessions_boundary_within_log"
+#: An application's column, NOT NULL, filled by its default (then dropped, but SQLite's).
+ADD_BILLING = "ALTER TABLE agent_sessions ADD COLUMN billing_account VARCHAR(20) NOT NULL DEFAULT 'acct-42'"
 
 DAMAGES = [
     Damage(
@@ -133,12 +143,93 @@ DAMAGES = [
         },
     ),
     Damage(
-        "stray column",
-        "raw_messages",
-        "column stray is not chatledger's",
+        "application's NOT NULL column without a default",
+        "agent_sessions",
+        "column billing_account is not chatledger's and is NOT NULL without a default",
         {
-            dialect: statements("ALTER TABLE raw_messages ADD COLUMN stray INTEGER")
-            for dialect in ("sqlite", "postgresql", "mysql")
+            "sqlite": in_order(
+                statements(ADD_BILLING),
+                sqlite_rebuild("agent_sessions", lambda sql: sql.replace(" DEFAULT 'acct-42'", "")),
+            ),
+            **{
+                dialect: statements(
+                    ADD_BILLING,
+                    "ALTER TABLE agent_sessions ALTER COLUMN billing_account DROP DEFAULT",
+                )
+                for dialect in ("postgresql", "mysql")
+            },
+        },
+    ),
+    Damage(
+        "index changed",
+        "agent_sessions",
+        "index ix_agent_sessions_activity is (updated_at, id), chatledger's is (deleted_at, updated_at, id)",
+        {
+            "sqlite": statements(
+                "DROP INDEX ix_agent_sessions_activity",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+            "postgresql": statements(
+                "DROP INDEX ix_agent_sessions_activity",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+            "mysql": statements(
+                "DROP INDEX ix_agent_sessions_activity ON agent_sessions",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+        },
+    ),
+    Damage(
+        "unique index no longer unique",
+        "raw_messages",
+        "index ux_raw_session_sequence is (session_id, sequence), "
+        "chatledger's is (session_id, sequence, unique)",
+        {
+            "sqlite": statements(
+                "DROP INDEX ux_raw_session_sequence",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+            "postgresql": statements(
+                "DROP INDEX ux_raw_session_sequence",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+            "mysql": statements(
+                "DROP INDEX ux_raw_session_sequence ON raw_messages",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+        },
+    ),
+    Damage(
+        "id column under a case-insensitive collation",
+        "raw_messages",
+        "column id has the collation ",
+        {
+            "sqlite": sqlite_rebuild(
+                "raw_messages",
+                lambda sql: sql.replace(
+                    "id VARCHAR(36) NOT NULL", "id VARCHAR(36) COLLATE NOCASE NOT NULL", 1
+                ),
+            ),
+            "postgresql": statements(
+                "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+                "ALTER TABLE raw_messages ALTER COLUMN id TYPE VARCHAR(36) COLLATE ci",
+            ),
+        },
+    ),
+    Damage(
+        "session id under another collation",
+        "agent_sessions",
+        "column id has the collation ",
+        {
+            "sqlite": sqlite_rebuild(
+                "agent_sessions",
+                lambda sql: sql.replace(
+                    "id VARCHAR(255) NOT NULL", "id VARCHAR(255) COLLATE RTRIM NOT NULL", 1
+                ),
+            ),
+            "postgresql": statements(
+                'ALTER TABLE agent_sessions ALTER COLUMN id TYPE VARCHAR(255) COLLATE "C"',
+            ),
         },
     ),
     Damage(
