@@ -354,26 +354,121 @@ async def test_drift_is_found_and_its_fix_makes_the_database_clean(
     (drift,) = found
     assert any(damage.found in difference for difference in drift.differences), drift.differences
     assert drift.fix
+    assert_drops_nothing(drift.fix)
     await apply(migrated, list(drift.fix))
     assert await schema_drift(migrated) == []
 
 
-async def test_rows_survive_the_fix(migrated: URL, backend: str) -> None:
-    """A fix that rebuilds the table (SQLite) or changes a column keeps the rows."""
+def assert_drops_nothing(fix: tuple[str, ...]) -> None:
+    """No statement drops a column, and a table only once its rows are copied into the
+    table that replaces it (SQLite's rebuild)."""
+    copied: set[str] = set()
+    for statement in fix:
+        assert not re.search(r"\bDROP\s+COLUMN\b", statement, re.IGNORECASE), statement
+        if found := re.match(r"INSERT INTO _alembic_tmp_(\w+) .*\sFROM \1\s*$", statement, re.DOTALL):
+            copied.add(found[1])
+        if found := re.match(r"DROP TABLE (\w+)", statement):
+            assert found[1] in copied, statement
+
+
+#: Damages whose fix rewrites a table or a column holding rows.
+ON_ROWS = [
+    "column made nullable",
+    "column type changed",
+    "unique index no longer unique",
+    "id column under a case-insensitive collation",
+    "session id under another collation",
+    "application's NOT NULL column without a default",
+]
+
+
+@pytest.mark.parametrize("name", ON_ROWS)
+async def test_rows_survive_the_fix(migrated: URL, backend: str, name: str) -> None:
+    """A fix that rebuilds the table (SQLite) or changes a column keeps the rows, an
+    application's column and its values included; ids compare byte for byte again."""
+    from zett_agent.messages import UserMessage
+
+    from chatledger.zett import LedgerSessionStorage
+
+    damage = next(damage for damage in DAMAGES if damage.name == name)
+    if backend not in damage.by_dialect:
+        pytest.skip(f"{damage.name}: {backend} has no such setting")
+    async with LedgerSessionStorage(migrated) as storage:
+        for index in range(3):
+            await storage.append("kept", f"r{index}", UserMessage(content=f"m{index}"))
+    await on_connection(migrated, damage.by_dialect[backend])
+    (drift,) = await schema_drift(migrated)
+    assert_drops_nothing(drift.fix)
+    await apply(migrated, list(drift.fix))
+    assert await schema_drift(migrated) == []
+    async with LedgerSessionStorage(migrated) as storage:
+        assert await storage.append("kept", "r3", UserMessage(content="m3"), message_id="m1") == 4
+        assert await storage.append("kept", "r4", UserMessage(content="M3"), message_id="M1") == 5
+        tail = (await storage.load("kept")).raw_tail
+    assert [record.sequence for record in tail] == [1, 2, 3, 4, 5]
+    if "billing_account" in damage.found:
+        billed = "SELECT billing_account FROM agent_sessions WHERE id = 'kept'"
+        assert await on_connection(migrated, lambda c: c.exec_driver_sql(billed).scalar()) == "acct-42"
+
+
+async def test_an_applications_column_is_a_note_not_drift(
+    migrated: URL, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An application's own column that chatledger's inserts leave alone (nullable, or
+    with a default) is not drift: ``check`` exits 0, names it in a note, prints no fix,
+    and the column and its values stay (the review's case: a fix that dropped it)."""
     from zett_agent.messages import UserMessage
 
     from chatledger.zett import LedgerSessionStorage
 
     async with LedgerSessionStorage(migrated) as storage:
-        for index in range(3):
-            await storage.append("kept", f"r{index}", UserMessage(content=f"m{index}"))
-    damage = next(damage for damage in DAMAGES if damage.name == "column made nullable")
+        await storage.append("s1", "r", UserMessage(content="x"))
+    await on_connection(
+        migrated,
+        statements(
+            "ALTER TABLE agent_sessions ADD COLUMN billing_account VARCHAR(20)",
+            "UPDATE agent_sessions SET billing_account = 'acct-42'",
+            "ALTER TABLE raw_messages ADD COLUMN app_flag INTEGER NOT NULL DEFAULT 7",
+        ),
+    )
+    assert await schema_drift(migrated) == []
+    dsn = migrated.render_as_string(hide_password=False)
+    capsys.readouterr()
+    assert await run(["check", "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert "Not drift" in out
+    assert "column billing_account" in out
+    assert "column app_flag" in out
+    assert "DROP" not in out
+    async with LedgerSessionStorage(migrated) as storage:
+        assert await storage.append("s1", "r2", UserMessage(content="y")) == 2
+    read = "SELECT billing_account FROM agent_sessions WHERE id = 's1'"
+    assert await on_connection(migrated, lambda c: c.exec_driver_sql(read).scalar()) == "acct-42"
+    flags = await on_connection(
+        migrated, lambda c: c.exec_driver_sql("SELECT app_flag FROM raw_messages").all()
+    )
+    assert flags == [(7,), (7,)]
+
+
+async def test_an_applications_not_null_column_fails_chatledgers_inserts_until_fixed(
+    migrated: URL, backend: str
+) -> None:
+    """Why a NOT NULL column without a default is drift: chatledger's append fails on it;
+    after the fix (nullable, never dropped) it succeeds."""
+    from zett_agent.messages import UserMessage
+
+    from chatledger.errors import ChatledgerError
+    from chatledger.zett import LedgerSessionStorage
+
+    damage = next(damage for damage in DAMAGES if damage.name.startswith("application's NOT NULL"))
     await on_connection(migrated, damage.by_dialect[backend])
+    async with LedgerSessionStorage(migrated) as storage:
+        with pytest.raises(ChatledgerError):
+            await storage.append("s1", "r", UserMessage(content="x"))
     (drift,) = await schema_drift(migrated)
     await apply(migrated, list(drift.fix))
     async with LedgerSessionStorage(migrated) as storage:
-        tail = (await storage.load("kept")).raw_tail
-    assert [record.sequence for record in tail] == [1, 2, 3]
+        assert await storage.append("s1", "r", UserMessage(content="x")) == 1
 
 
 async def test_check_exits_with_its_own_status_and_prints_the_fix(
@@ -392,3 +487,36 @@ async def test_check_exits_with_its_own_status_and_prints_the_fix(
     assert "CREATE INDEX ix_agent_sessions_activity" in out
     await apply(migrated, [statement for drift in found for statement in drift.fix])
     assert await run(["check", "--dsn", dsn]) == 0
+
+
+async def test_sqlite_a_collation_chatledger_does_not_know_is_drift(migrated: URL, backend: str) -> None:
+    """SQLite: a column under an application's own collation (registered on its
+    connections, unknown to chatledger's) is found, named, and rebuilt without it."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.pool import NullPool
+
+    if backend != "sqlite":
+        pytest.skip("SQLite's column collations")
+
+    def folded(left: str, right: str) -> int:
+        return (left.lower() > right.lower()) - (left.lower() < right.lower())
+
+    application = create_engine(f"sqlite:///{migrated.database}", poolclass=NullPool)
+    event.listen(application, "connect", lambda connection, _: connection.create_collation("app_ci", folded))
+    try:
+        with application.begin() as connection:
+            sqlite_rebuild(
+                "raw_messages",
+                lambda sql: sql.replace(
+                    "session_id VARCHAR(255) NOT NULL", "session_id VARCHAR(255) COLLATE app_ci NOT NULL", 1
+                ),
+            )(connection)
+        (drift,) = await schema_drift(migrated)
+        assert "column session_id has the collation app_ci, chatledger's is the database default" in (
+            drift.differences
+        )
+        with application.begin() as connection:
+            statements(*drift.fix)(connection)
+    finally:
+        application.dispose()
+    assert await schema_drift(migrated) == []
