@@ -15,14 +15,24 @@ What is compared, for chatledger's own tables only (an application's tables, its
   and unique constraints. An index on chatledger's tables that it does not have is
   drift only when unique (it can refuse chatledger's writes): a plain one of the
   operator's or an application's (zett-agent's store creates its own on open) is
-  left alone;
+  left alone. One under a name of chatledger's with other columns or uniqueness
+  (autogenerate: a drop and a create) is dropped and created again. A column that
+  chatledger does not have is never dropped (it may hold an application's data): one
+  that chatledger's inserts, which name their columns, leave alone (nullable, with a
+  default, computed or generated) is a note (:attr:`Comparison.notes`), not drift;
+  a NOT NULL one without a default fails those inserts and is made nullable;
 * here, what autogenerate does not detect (Alembic's documentation, "What does
   Autogenerate Detect (and what does it not detect?)"): named CHECK constraints, the
-  primary key's columns, and on MySQL/MariaDB each text column's and each table's
-  character set and collation (Alembic compares a collation only when both sides name
-  one; chatledger's columns mostly take their table's). CHECK constraints by name are
-  compared here rather than by Alembic's opt-in ``checkconstraint_byname`` plugin,
-  which only Alembic 1.19 and later have (chatledger supports 1.13 on).
+  primary key's columns, and each column's collation, read from the catalog by the
+  backend's rules (:attr:`chatledger.dialects.DialectRules.column_collations`):
+  PostgreSQL's ``pg_attribute.attcollation`` against the database default, SQLite's
+  declared ``COLLATE`` against ``BINARY``, and on MySQL/MariaDB each text column's and
+  each table's character set and collation (Alembic compares a collation only when
+  both sides name one; chatledger's columns name none, or take their table's). An id
+  column under a case-folding or nondeterministic collation makes ``M1`` the id
+  ``m1``: an append then stores nothing. CHECK constraints by name are compared here
+  rather than by Alembic's opt-in ``checkconstraint_byname`` plugin, which only
+  Alembic 1.19 and later have (chatledger supports 1.13 on).
 
 Server defaults are not compared (autogenerate's ``compare_server_default`` is off, as
 in ``alembic check``): their rendering differs between servers and versions.
@@ -72,7 +82,8 @@ class Drift:
     differences: tuple[str, ...]
     #: SQL statements for the database's dialect, each without its terminating ``;``,
     #: that make the table as the head revision creates it when run in order (as the
-    #: schema owner). They keep the table's rows, except what a dropped column held.
+    #: schema owner). They drop no row and no column; a changed type is converted in
+    #: place (a value that does not fit fails the statement, but on SQLite).
     fix: tuple[str, ...]
 
 
