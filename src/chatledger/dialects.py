@@ -497,6 +497,7 @@ def _column_collations_sqlite(conn: Connection, table: str) -> Collations:
     if created is None:
         return {}
     probe = sqlite3.connect(":memory:")
+    registered: set[str] = set()
     try:
         while True:
             try:
@@ -504,13 +505,17 @@ def _column_collations_sqlite(conn: Connection, table: str) -> Collations:
                 break
             except sqlite3.OperationalError as error:
                 unknown = _UNKNOWN_COLLATION.fullmatch(str(error))
-                if unknown is None:
-                    raise
+                if unknown is None or unknown[1] in registered:
+                    return {}  # a definition only its own extensions take: not compared
+                registered.add(unknown[1])
                 probe.create_collation(unknown[1], lambda left, right: (left > right) - (left < right))
         (name,) = probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchone()
+        # Generated and hidden columns left out: an index on one evaluates its expression.
         columns = [
             row[1] for row in probe.execute("SELECT * FROM pragma_table_xinfo(?)", (name,)) if not row[6]
         ]
+        if not columns:
+            return {}
         quote = conn.dialect.identifier_preparer.quote_identifier
         probe.execute(f"CREATE INDEX probe ON {quote(name)} ({', '.join(map(quote, columns))})")
         found = probe.execute("SELECT name, coll FROM pragma_index_xinfo('probe') WHERE key = 1").fetchall()
