@@ -61,6 +61,14 @@ def statements(*sql: str) -> Callable[[Connection], None]:
     return execute
 
 
+def in_order(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    def run_all(connection: Connection) -> None:
+        for step in steps:
+            step(connection)
+
+    return run_all
+
+
 @dataclass(frozen=True)
 class Damage:
     """One change to a migrated database, per dialect (absent: does not apply)."""
@@ -73,6 +81,8 @@ class Damage:
 
 
 CHECK = "ck_agent_sessions_boundary_within_log"
+#: An application's column, NOT NULL, filled by its default (then dropped, but SQLite's).
+ADD_BILLING = "ALTER TABLE agent_sessions ADD COLUMN billing_account VARCHAR(20) NOT NULL DEFAULT 'acct-42'"
 
 DAMAGES = [
     Damage(
@@ -133,12 +143,93 @@ DAMAGES = [
         },
     ),
     Damage(
-        "stray column",
-        "raw_messages",
-        "column stray is not chatledger's",
+        "application's NOT NULL column without a default",
+        "agent_sessions",
+        "column billing_account is not chatledger's and is NOT NULL without a default",
         {
-            dialect: statements("ALTER TABLE raw_messages ADD COLUMN stray INTEGER")
-            for dialect in ("sqlite", "postgresql", "mysql")
+            "sqlite": in_order(
+                statements(ADD_BILLING),
+                sqlite_rebuild("agent_sessions", lambda sql: sql.replace(" DEFAULT 'acct-42'", "")),
+            ),
+            **{
+                dialect: statements(
+                    ADD_BILLING,
+                    "ALTER TABLE agent_sessions ALTER COLUMN billing_account DROP DEFAULT",
+                )
+                for dialect in ("postgresql", "mysql")
+            },
+        },
+    ),
+    Damage(
+        "index changed",
+        "agent_sessions",
+        "index ix_agent_sessions_activity is (updated_at, id), chatledger's is (deleted_at, updated_at, id)",
+        {
+            "sqlite": statements(
+                "DROP INDEX ix_agent_sessions_activity",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+            "postgresql": statements(
+                "DROP INDEX ix_agent_sessions_activity",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+            "mysql": statements(
+                "DROP INDEX ix_agent_sessions_activity ON agent_sessions",
+                "CREATE INDEX ix_agent_sessions_activity ON agent_sessions (updated_at, id)",
+            ),
+        },
+    ),
+    Damage(
+        "unique index no longer unique",
+        "raw_messages",
+        "index ux_raw_session_sequence is (session_id, sequence), "
+        "chatledger's is (session_id, sequence, unique)",
+        {
+            "sqlite": statements(
+                "DROP INDEX ux_raw_session_sequence",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+            "postgresql": statements(
+                "DROP INDEX ux_raw_session_sequence",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+            "mysql": statements(
+                "DROP INDEX ux_raw_session_sequence ON raw_messages",
+                "CREATE INDEX ux_raw_session_sequence ON raw_messages (session_id, sequence)",
+            ),
+        },
+    ),
+    Damage(
+        "id column under a case-insensitive collation",
+        "raw_messages",
+        "column id has the collation ",
+        {
+            "sqlite": sqlite_rebuild(
+                "raw_messages",
+                lambda sql: sql.replace(
+                    "id VARCHAR(36) NOT NULL", "id VARCHAR(36) COLLATE NOCASE NOT NULL", 1
+                ),
+            ),
+            "postgresql": statements(
+                "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+                "ALTER TABLE raw_messages ALTER COLUMN id TYPE VARCHAR(36) COLLATE ci",
+            ),
+        },
+    ),
+    Damage(
+        "session id under another collation",
+        "agent_sessions",
+        "column id has the collation ",
+        {
+            "sqlite": sqlite_rebuild(
+                "agent_sessions",
+                lambda sql: sql.replace(
+                    "id VARCHAR(255) NOT NULL", "id VARCHAR(255) COLLATE RTRIM NOT NULL", 1
+                ),
+            ),
+            "postgresql": statements(
+                'ALTER TABLE agent_sessions ALTER COLUMN id TYPE VARCHAR(255) COLLATE "C"',
+            ),
         },
     ),
     Damage(
@@ -263,26 +354,121 @@ async def test_drift_is_found_and_its_fix_makes_the_database_clean(
     (drift,) = found
     assert any(damage.found in difference for difference in drift.differences), drift.differences
     assert drift.fix
+    assert_drops_nothing(drift.fix)
     await apply(migrated, list(drift.fix))
     assert await schema_drift(migrated) == []
 
 
-async def test_rows_survive_the_fix(migrated: URL, backend: str) -> None:
-    """A fix that rebuilds the table (SQLite) or changes a column keeps the rows."""
+def assert_drops_nothing(fix: tuple[str, ...]) -> None:
+    """No statement drops a column, and a table only once its rows are copied into the
+    table that replaces it (SQLite's rebuild)."""
+    copied: set[str] = set()
+    for statement in fix:
+        assert not re.search(r"\bDROP\s+COLUMN\b", statement, re.IGNORECASE), statement
+        if found := re.match(r"INSERT INTO _alembic_tmp_(\w+) .*\sFROM \1\s*$", statement, re.DOTALL):
+            copied.add(found[1])
+        if found := re.match(r"DROP TABLE (\w+)", statement):
+            assert found[1] in copied, statement
+
+
+#: Damages whose fix rewrites a table or a column holding rows.
+ON_ROWS = [
+    "column made nullable",
+    "column type changed",
+    "unique index no longer unique",
+    "id column under a case-insensitive collation",
+    "session id under another collation",
+    "application's NOT NULL column without a default",
+]
+
+
+@pytest.mark.parametrize("name", ON_ROWS)
+async def test_rows_survive_the_fix(migrated: URL, backend: str, name: str) -> None:
+    """A fix that rebuilds the table (SQLite) or changes a column keeps the rows, an
+    application's column and its values included; ids compare byte for byte again."""
+    from zett_agent.messages import UserMessage
+
+    from chatledger.zett import LedgerSessionStorage
+
+    damage = next(damage for damage in DAMAGES if damage.name == name)
+    if backend not in damage.by_dialect:
+        pytest.skip(f"{damage.name}: {backend} has no such setting")
+    async with LedgerSessionStorage(migrated) as storage:
+        for index in range(3):
+            await storage.append("kept", f"r{index}", UserMessage(content=f"m{index}"))
+    await on_connection(migrated, damage.by_dialect[backend])
+    (drift,) = await schema_drift(migrated)
+    assert_drops_nothing(drift.fix)
+    await apply(migrated, list(drift.fix))
+    assert await schema_drift(migrated) == []
+    async with LedgerSessionStorage(migrated) as storage:
+        assert await storage.append("kept", "r3", UserMessage(content="m3"), message_id="m1") == 4
+        assert await storage.append("kept", "r4", UserMessage(content="M3"), message_id="M1") == 5
+        tail = (await storage.load("kept")).raw_tail
+    assert [record.sequence for record in tail] == [1, 2, 3, 4, 5]
+    if "billing_account" in damage.found:
+        billed = "SELECT billing_account FROM agent_sessions WHERE id = 'kept'"
+        assert await on_connection(migrated, lambda c: c.exec_driver_sql(billed).scalar()) == "acct-42"
+
+
+async def test_an_applications_column_is_a_note_not_drift(
+    migrated: URL, backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An application's own column that chatledger's inserts leave alone (nullable, or
+    with a default) is not drift: ``check`` exits 0, names it in a note, prints no fix,
+    and the column and its values stay (the review's case: a fix that dropped it)."""
     from zett_agent.messages import UserMessage
 
     from chatledger.zett import LedgerSessionStorage
 
     async with LedgerSessionStorage(migrated) as storage:
-        for index in range(3):
-            await storage.append("kept", f"r{index}", UserMessage(content=f"m{index}"))
-    damage = next(damage for damage in DAMAGES if damage.name == "column made nullable")
+        await storage.append("s1", "r", UserMessage(content="x"))
+    await on_connection(
+        migrated,
+        statements(
+            "ALTER TABLE agent_sessions ADD COLUMN billing_account VARCHAR(20)",
+            "UPDATE agent_sessions SET billing_account = 'acct-42'",
+            "ALTER TABLE raw_messages ADD COLUMN app_flag INTEGER NOT NULL DEFAULT 7",
+        ),
+    )
+    assert await schema_drift(migrated) == []
+    dsn = migrated.render_as_string(hide_password=False)
+    capsys.readouterr()
+    assert await run(["check", "--dsn", dsn]) == 0
+    out, _ = capsys.readouterr()
+    assert "Not drift" in out
+    assert "column billing_account" in out
+    assert "column app_flag" in out
+    assert "DROP" not in out
+    async with LedgerSessionStorage(migrated) as storage:
+        assert await storage.append("s1", "r2", UserMessage(content="y")) == 2
+    read = "SELECT billing_account FROM agent_sessions WHERE id = 's1'"
+    assert await on_connection(migrated, lambda c: c.exec_driver_sql(read).scalar()) == "acct-42"
+    flags = await on_connection(
+        migrated, lambda c: c.exec_driver_sql("SELECT app_flag FROM raw_messages").all()
+    )
+    assert flags == [(7,), (7,)]
+
+
+async def test_an_applications_not_null_column_fails_chatledgers_inserts_until_fixed(
+    migrated: URL, backend: str
+) -> None:
+    """Why a NOT NULL column without a default is drift: chatledger's append fails on it;
+    after the fix (nullable, never dropped) it succeeds."""
+    from zett_agent.messages import UserMessage
+
+    from chatledger.errors import ChatledgerError
+    from chatledger.zett import LedgerSessionStorage
+
+    damage = next(damage for damage in DAMAGES if damage.name.startswith("application's NOT NULL"))
     await on_connection(migrated, damage.by_dialect[backend])
+    async with LedgerSessionStorage(migrated) as storage:
+        with pytest.raises(ChatledgerError):
+            await storage.append("s1", "r", UserMessage(content="x"))
     (drift,) = await schema_drift(migrated)
     await apply(migrated, list(drift.fix))
     async with LedgerSessionStorage(migrated) as storage:
-        tail = (await storage.load("kept")).raw_tail
-    assert [record.sequence for record in tail] == [1, 2, 3]
+        assert await storage.append("s1", "r", UserMessage(content="x")) == 1
 
 
 async def test_check_exits_with_its_own_status_and_prints_the_fix(
@@ -301,3 +487,36 @@ async def test_check_exits_with_its_own_status_and_prints_the_fix(
     assert "CREATE INDEX ix_agent_sessions_activity" in out
     await apply(migrated, [statement for drift in found for statement in drift.fix])
     assert await run(["check", "--dsn", dsn]) == 0
+
+
+async def test_sqlite_a_collation_chatledger_does_not_know_is_drift(migrated: URL, backend: str) -> None:
+    """SQLite: a column under an application's own collation (registered on its
+    connections, unknown to chatledger's) is found, named, and rebuilt without it."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.pool import NullPool
+
+    if backend != "sqlite":
+        pytest.skip("SQLite's column collations")
+
+    def folded(left: str, right: str) -> int:
+        return (left.lower() > right.lower()) - (left.lower() < right.lower())
+
+    application = create_engine(f"sqlite:///{migrated.database}", poolclass=NullPool)
+    event.listen(application, "connect", lambda connection, _: connection.create_collation("app_ci", folded))
+    try:
+        with application.begin() as connection:
+            sqlite_rebuild(
+                "raw_messages",
+                lambda sql: sql.replace(
+                    "session_id VARCHAR(255) NOT NULL", "session_id VARCHAR(255) COLLATE app_ci NOT NULL", 1
+                ),
+            )(connection)
+        (drift,) = await schema_drift(migrated)
+        assert "column session_id has the collation app_ci, chatledger's is the database default" in (
+            drift.differences
+        )
+        with application.begin() as connection:
+            statements(*drift.fix)(connection)
+    finally:
+        application.dispose()
+    assert await schema_drift(migrated) == []

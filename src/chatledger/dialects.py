@@ -422,6 +422,110 @@ def _no_check(_conn: Connection) -> None:
     return None
 
 
+# -- the schema's collations, as the catalog has them (chatledger.drift) ----------------
+
+#: Each column of a table by name, with its character set and collation as the
+#: database has them; ``None`` for none (a non-text column) or the database's
+#: default (a column that names no collation of its own).
+Collations = dict[str, tuple[str | None, str | None]]
+#: Reads :data:`Collations` of a table, on a connection in its transaction.
+CollationReader = Callable[[Connection, str], Collations]
+
+
+def _no_collations(_conn: Connection, _table: str) -> Collations:
+    return {}
+
+
+def _no_table_collation(_conn: Connection, _table: str) -> str | None:
+    return None
+
+
+def _column_collations_postgresql(conn: Connection, table: str) -> Collations:
+    """Each column's collation from ``pg_attribute.attcollation``: ``None`` when it has
+    none (0) or takes the database's default (``pg_catalog."default"``); the table is
+    found as chatledger's statements find it, by the search path."""
+    rows = conn.execute(
+        text(
+            "SELECT a.attname, CASE WHEN c.collname = 'default' AND c.collnamespace = "
+            "'pg_catalog'::regnamespace THEN NULL ELSE c.collname END "
+            "FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+            "WHERE a.attrelid = to_regclass(quote_ident(:name)) AND a.attnum > 0 AND NOT a.attisdropped"
+        ),
+        {"name": table},
+    )
+    return {str(column): (None, None if collation is None else str(collation)) for column, collation in rows}
+
+
+def _column_collations_mysql(conn: Connection, table: str) -> Collations:
+    rows = conn.execute(
+        text(
+            "SELECT column_name, character_set_name, collation_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = :name"
+        ),
+        {"name": table},
+    )
+    return {str(column): (charset, collation) for column, charset, collation in rows}
+
+
+def _table_collation_mysql(conn: Connection, table: str) -> str | None:
+    found = conn.execute(
+        text(
+            "SELECT table_collation FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND table_name = :name"
+        ),
+        {"name": table},
+    ).scalar()
+    return None if found is None else str(found)
+
+
+#: SQLite's message for a collation its connection does not have (``sqlite3.c``).
+_UNKNOWN_COLLATION = re.compile(r"no such collation sequence: (.+)")
+
+
+def _column_collations_sqlite(conn: Connection, table: str) -> Collations:
+    """Each column's collation as its ``CREATE TABLE`` declares it (``COLLATE``; none, or
+    ``BINARY``, is ``None``). SQLite has no catalog of column collations (``PRAGMA
+    table_xinfo`` has none), so SQLite's own parser reads the statement: it is run in
+    an empty in-memory database, where an index over every column reports each one's
+    collation (``PRAGMA index_xinfo``, column ``coll``). The database itself is only
+    read. A collation this process has not registered is registered there as a name."""
+    import sqlite3
+
+    created = conn.execute(
+        text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"), {"name": table}
+    ).scalar()
+    if created is None:
+        return {}
+    probe = sqlite3.connect(":memory:")
+    registered: set[str] = set()
+    try:
+        while True:
+            try:
+                probe.execute(str(created))
+                break
+            except sqlite3.OperationalError as error:
+                unknown = _UNKNOWN_COLLATION.fullmatch(str(error))
+                if unknown is None or unknown[1] in registered:
+                    return {}  # a definition only its own extensions take: not compared
+                registered.add(unknown[1])
+                probe.create_collation(unknown[1], lambda left, right: (left > right) - (left < right))
+        (name,) = probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchone()
+        # Generated and hidden columns left out: an index on one evaluates its expression.
+        columns = [
+            row[1] for row in probe.execute("SELECT * FROM pragma_table_xinfo(?)", (name,)) if not row[6]
+        ]
+        if not columns:
+            return {}
+        quote = conn.dialect.identifier_preparer.quote_identifier
+        probe.execute(f"CREATE INDEX probe ON {quote(name)} ({', '.join(map(quote, columns))})")
+        found = probe.execute("SELECT name, coll FROM pragma_index_xinfo('probe') WHERE key = 1").fetchall()
+    finally:
+        probe.close()
+    return {
+        str(column): (None, None if str(coll).upper() == "BINARY" else str(coll)) for column, coll in found
+    }
+
+
 def _sync(conn: AsyncConnection) -> Connection:
     """The synchronous ``Connection`` under ``conn``: its DBAPI connection and options
     are read from it without a round trip or a greenlet."""
@@ -562,6 +666,19 @@ class DialectRules:
     #: spaces). SQLite's ``LIKE`` folds ASCII case: there a prefix is checked with
     #: ``substr`` and ``=`` (:func:`chatledger.selection.id_prefix`).
     literal_like: bool = True
+    #: Each column's character set and collation in a table (:data:`Collations`), for
+    #: the schema drift check (:mod:`chatledger.drift`): ``information_schema`` on
+    #: MySQL/MariaDB, ``pg_attribute`` on PostgreSQL, the ``CREATE TABLE`` on SQLite.
+    column_collations: CollationReader = _no_collations
+    #: A table's default collation, which its columns without one of their own take
+    #: (MySQL/MariaDB); ``None`` where a table has none.
+    table_collation: Callable[[Connection, str], str | None] = _no_table_collation
+    #: The collation a schema fix names to give a column the database's default
+    #: (PostgreSQL's ``"default"``); ``None``: a type without ``COLLATE`` does.
+    default_collation: str | None = None
+    #: ``ALTER TABLE`` cannot change a column or a constraint: a schema fix rebuilds the
+    #: table, copying its rows (SQLite; Alembic's batch mode).
+    rebuilds_tables: bool = False
 
     #: ``column IN values`` for a list of integers of any length, without one bound
     #: parameter per value (servers and drivers cap those: asyncpg at 32,767, SQLite
@@ -787,6 +904,8 @@ _PROTOCOL_HINT = (
 
 RULES: dict[str, DialectRules] = {
     "postgresql": DialectRules(
+        column_collations=_column_collations_postgresql,
+        default_collation="default",
         append_message=_append_postgresql,
         save_rein_session=_save_rein_postgresql,
         greatest=func.greatest,
@@ -846,6 +965,8 @@ RULES: dict[str, DialectRules] = {
         byte_order_collation="C",
     ),
     "mysql": DialectRules(
+        column_collations=_column_collations_mysql,
+        table_collation=_table_collation_mysql,
         append_message=_append_mysql,
         save_rein_session=_save_rein_mysql,
         greatest=func.greatest,
@@ -934,6 +1055,8 @@ RULES: dict[str, DialectRules] = {
         schema_messages=("no such column", "has no column named", "no such table"),
         byte_order_collation="BINARY",
         literal_like=False,
+        column_collations=_column_collations_sqlite,
+        rebuilds_tables=True,
     ),
 }
 

@@ -15,14 +15,24 @@ What is compared, for chatledger's own tables only (an application's tables, its
   and unique constraints. An index on chatledger's tables that it does not have is
   drift only when unique (it can refuse chatledger's writes): a plain one of the
   operator's or an application's (zett-agent's store creates its own on open) is
-  left alone;
+  left alone. One under a name of chatledger's with other columns or uniqueness
+  (autogenerate: a drop and a create) is dropped and created again. A column that
+  chatledger does not have is never dropped (it may hold an application's data): one
+  that chatledger's inserts, which name their columns, leave alone (nullable, with a
+  default, computed or generated) is a note (:attr:`Comparison.notes`), not drift;
+  a NOT NULL one without a default fails those inserts and is made nullable;
 * here, what autogenerate does not detect (Alembic's documentation, "What does
   Autogenerate Detect (and what does it not detect?)"): named CHECK constraints, the
-  primary key's columns, and on MySQL/MariaDB each text column's and each table's
-  character set and collation (Alembic compares a collation only when both sides name
-  one; chatledger's columns mostly take their table's). CHECK constraints by name are
-  compared here rather than by Alembic's opt-in ``checkconstraint_byname`` plugin,
-  which only Alembic 1.19 and later have (chatledger supports 1.13 on).
+  primary key's columns, and each column's collation, read from the catalog by the
+  backend's rules (:attr:`chatledger.dialects.DialectRules.column_collations`):
+  PostgreSQL's ``pg_attribute.attcollation`` against the database default, SQLite's
+  declared ``COLLATE`` against ``BINARY``, and on MySQL/MariaDB each text column's and
+  each table's character set and collation (Alembic compares a collation only when
+  both sides name one; chatledger's columns name none, or take their table's). An id
+  column under a case-folding or nondeterministic collation makes ``M1`` the id
+  ``m1``: an append then stores nothing. CHECK constraints by name are compared here
+  rather than by Alembic's opt-in ``checkconstraint_byname`` plugin, which only
+  Alembic 1.19 and later have (chatledger supports 1.13 on).
 
 Server defaults are not compared (autogenerate's ``compare_server_default`` is off, as
 in ``alembic check``): their rendering differs between servers and versions.
@@ -46,7 +56,7 @@ from alembic.autogenerate import produce_migrations
 from alembic.operations import Operations
 from alembic.operations import ops as alembic_ops
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import CheckConstraint, Column, MetaData, Table, inspect, text
+from sqlalchemy import CheckConstraint, Column, Index, MetaData, Table, UniqueConstraint, inspect
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import CompileError
 from sqlalchemy.types import String, TypeEngine
@@ -72,8 +82,21 @@ class Drift:
     differences: tuple[str, ...]
     #: SQL statements for the database's dialect, each without its terminating ``;``,
     #: that make the table as the head revision creates it when run in order (as the
-    #: schema owner). They keep the table's rows, except what a dropped column held.
+    #: schema owner). They drop no row and no column; a changed type is converted in
+    #: place (a value that does not fit fails the statement, but on SQLite).
     fix: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """chatledger's tables in a database against what the head revision creates."""
+
+    #: What differs, one :class:`Drift` per table, in the schema's order.
+    drift: tuple[Drift, ...]
+    #: What differs but is not drift, one line each, its table first
+    #: (``agent_sessions: column billing_account (TEXT NULL) is not chatledger's ...``):
+    #: an application's own column that chatledger's writes leave alone.
+    notes: tuple[str, ...] = ()
 
 
 async def schema_drift(dsn: str | URL | None = None) -> list[Drift]:
@@ -87,24 +110,52 @@ async def schema_drift(dsn: str | URL | None = None) -> list[Drift]:
         ConfigurationError: the server refused the connection or a read.
         ValueError: an invalid DSN.
     """
+    return list((await schema_comparison(dsn)).drift)
+
+
+async def schema_comparison(dsn: str | URL | None = None) -> Comparison:
+    """:func:`schema_drift` with the notes on what differs but is not drift. Reads only.
+
+    Raises:
+        ConfigurationError: the server refused the connection or a read.
+        ValueError: an invalid DSN.
+    """
     from .migrate import run_on_connection  # migrate re-exports this module
 
-    return await run_on_connection(resolve_dsn(dsn), find_drift)
+    return await run_on_connection(resolve_dsn(dsn), compare_schema)
 
 
 def find_drift(connection: Connection) -> list[Drift]:
     """:func:`schema_drift` on an open connection (in its transaction)."""
+    return list(compare_schema(connection).drift)
+
+
+def compare_schema(connection: Connection) -> Comparison:
+    """:func:`schema_comparison` on an open connection (in its transaction)."""
+    rules = dialects.rules(connection.dialect.name)
     context = MigrationContext.configure(connection, opts=context_options(metadata))
     found: dict[str, list[alembic_ops.MigrateOperation]] = {}
     described: dict[str, list[str]] = {}
+    notes: list[str] = []
     for operation in produce_migrations(context, metadata).upgrade_ops_list[0].ops:
-        kept = [leaf for leaf in _flatten(operation) if not _own_index(leaf)]
+        table_name = _table_of(operation)
+        kept = []
+        for leaf in _flatten(operation):
+            if _own_index(leaf):
+                continue
+            if isinstance(leaf, alembic_ops.DropColumnOp):
+                # Never dropped: the column may hold an application's data.
+                column = leaf.to_column()
+                if _writes_leave_alone(column):
+                    notes.append(f"{table_name}: {_own_column_note(column, connection.dialect)}")
+                    continue
+                leaf = _make_nullable(leaf.table_name, column)
+            kept.append(leaf)
         if kept:
-            found.setdefault(_table_of(operation), []).extend(kept)
+            found.setdefault(table_name, []).extend(kept)
     for name, operations in found.items():
-        described[name] = [
-            line for operation in operations for line in _describe(operation, connection.dialect)
-        ]
+        found[name] = operations = _drops_first(operations)
+        described[name] = _describe_all(operations, connection.dialect)
     inspector = inspect(connection)
     present = set(inspector.get_table_names())
     for name, table in metadata.tables.items():
@@ -117,11 +168,11 @@ def find_drift(connection: Connection) -> list[Drift]:
         }
         # The table's default collation first: a column retyped without a collation of
         # its own (MODIFY) takes the table's.
-        first = _table_collation_drift(connection, table)
+        first = _table_collation_drift(connection, rules, table)
         then = [
             *_check_drift(inspector, table),
             *_primary_key_drift(inspector, table),
-            *_collation_drift(connection, table, retyped),
+            *_collation_drift(connection, rules, table, retyped),
         ]
         if first or then:
             found[name] = [*(op for _, op in first), *found.get(name, []), *(op for _, op in then)]
@@ -133,9 +184,9 @@ def find_drift(connection: Connection) -> list[Drift]:
     drifts = []
     for name in [*metadata.tables, *sorted(set(found) - set(metadata.tables))]:
         if name in found:
-            fix = _render(connection, name, found[name], present)
+            fix = _render(connection, rules, name, found[name], present)
             drifts.append(Drift(name, tuple(described[name]), fix))
-    return drifts
+    return Comparison(tuple(drifts), tuple(notes))
 
 
 def describe_drift(drifts: Sequence[Drift]) -> str:
@@ -143,6 +194,11 @@ def describe_drift(drifts: Sequence[Drift]) -> str:
     revision creates: TABLE: DIFFERENCE; ...`` (what ``chatledger check`` says)."""
     listed = "; ".join(f"{drift.table}: {line}" for drift in drifts for line in drift.differences)
     return f"its schema differs from what the head revision creates: {listed}"
+
+
+def describe_notes(notes: Sequence[str]) -> str:
+    """What differs but is not drift (:attr:`Comparison.notes`), in one sentence."""
+    return f"Not drift, left as it is: {'; '.join(notes)}"
 
 
 def fix_script(drifts: Sequence[Drift], dialect: str, *, lock_timeout: float = 300.0) -> str:
@@ -162,6 +218,9 @@ def fix_script(drifts: Sequence[Drift], dialect: str, *, lock_timeout: float = 3
     header = [
         f"chatledger {__version__}: makes chatledger's tables what the head revision creates ({dialect}).",
         f"Run it as the schema owner, after a backup: {script.client}",
+        "It drops no row and no column: a missing table is created empty, a changed column "
+        "type is converted in place (a value that does not fit fails the statement, except on "
+        "SQLite, which keeps it), an application's NOT NULL column is made nullable.",
         *script.on_failure,
     ]
     lines = [*(_comment(line) for line in header), "", *script.begin(lock_timeout), ""]
@@ -200,12 +259,98 @@ def _flatten(operation: alembic_ops.MigrateOperation) -> list[alembic_ops.Migrat
     return [operation]
 
 
+#: The names of chatledger's columns, per table.
+_COLUMNS = {name: frozenset(table.columns.keys()) for name, table in metadata.tables.items()}
+
+#: The names of chatledger's indexes and unique constraints.
+_OURS = frozenset(
+    str(index.name) for table in metadata.tables.values() for index in table.indexes if index.name
+) | frozenset(
+    str(constraint.name)
+    for table in metadata.tables.values()
+    for constraint in table.constraints
+    if isinstance(constraint, UniqueConstraint) and constraint.name
+)
+
+
 def _own_index(operation: alembic_ops.MigrateOperation) -> bool:
     """Whether ``operation`` drops a non-unique index chatledger does not have: an index
     of the operator's or an application's own (zett-agent's store creates its indexes
     on open), which changes no result and refuses no write. A unique one can refuse
-    chatledger's writes: that one is drift."""
-    return isinstance(operation, alembic_ops.DropIndexOp) and not operation.kw.get("unique")
+    chatledger's writes: that one is drift. So is one under the name of one of
+    chatledger's with other columns or uniqueness: autogenerate drops and creates it."""
+    return (
+        isinstance(operation, alembic_ops.DropIndexOp)
+        and not operation.kw.get("unique")
+        and operation.index_name not in _OURS
+    )
+
+
+def _writes_leave_alone(column: Column[Any]) -> bool:
+    """Whether chatledger's inserts, which name only its own columns, succeed with
+    ``column`` in the table: it takes NULL, a default, or a value the server computes."""
+    return bool(
+        column.nullable
+        or column.server_default is not None
+        or column.computed is not None
+        or column.identity is not None
+        or column.autoincrement is True
+    )
+
+
+def _own_column_note(column: Column[Any], dialect: Dialect) -> str:
+    why = "nullable" if column.nullable else "with a default"
+    return (
+        f"column {column.name} ({_type(column.type, dialect)}) is not chatledger's; "
+        f"{why}, it is left to its application"
+    )
+
+
+def _make_nullable(table: str, column: Column[Any]) -> alembic_ops.AlterColumnOp:
+    """An application's NOT NULL column without a default, which fails every insert of
+    chatledger's: made nullable, never dropped (it may hold that application's data)."""
+    return alembic_ops.AlterColumnOp(
+        table,
+        column.name,
+        modify_nullable=True,
+        existing_type=column.type,
+        existing_nullable=False,
+        existing_server_default=column.server_default,
+        existing_comment=column.comment,
+    )
+
+
+def _drops_first(operations: list[alembic_ops.MigrateOperation]) -> list[alembic_ops.MigrateOperation]:
+    """``operations`` with each drop of an index before the creation of one of its name
+    (an index changed in place), the order otherwise kept."""
+    created = {op.index_name for op in operations if isinstance(op, alembic_ops.CreateIndexOp)}
+    changed = [
+        op for op in operations if isinstance(op, alembic_ops.DropIndexOp) and op.index_name in created
+    ]
+    return [*changed, *(op for op in operations if not any(op is drop for drop in changed))]
+
+
+def _index_shape(index: Index) -> str:
+    return f"({_columns(list(index.expressions))}{', unique' if index.unique else ''})"
+
+
+def _describe_all(operations: list[alembic_ops.MigrateOperation], dialect: Dialect) -> list[str]:
+    """What ``operations`` repair, in words; an index dropped and created under one name
+    in one line."""
+    created = {op.index_name: op for op in operations if isinstance(op, alembic_ops.CreateIndexOp)}
+    dropped = {op.index_name for op in operations if isinstance(op, alembic_ops.DropIndexOp)}
+    lines = []
+    for operation in operations:
+        if isinstance(operation, alembic_ops.DropIndexOp) and operation.index_name in created:
+            has = operation.to_index()
+            has.unique = bool(operation.kw.get("unique"))
+            wanted = created[operation.index_name].to_index()
+            lines.append(
+                f"index {operation.index_name} is {_index_shape(has)}, chatledger's is {_index_shape(wanted)}"
+            )
+        elif not (isinstance(operation, alembic_ops.CreateIndexOp) and operation.index_name in dropped):
+            lines.extend(_describe(operation, dialect))
+    return lines
 
 
 def _columns(names: Sequence[Any]) -> str:
@@ -236,8 +381,6 @@ def _describe(operation: alembic_ops.MigrateOperation, dialect: Dialect) -> list
         return [f"unique index {operation.index_name} is not chatledger's (it can refuse its writes)"]
     if isinstance(operation, alembic_ops.AddColumnOp):
         return [f"column {operation.column.name} is missing"]
-    if isinstance(operation, alembic_ops.DropColumnOp):
-        return [f"column {operation.column_name} is not chatledger's"]
     if isinstance(operation, alembic_ops.AddConstraintOp):
         return [f"constraint {operation.to_constraint().name} is missing"]
     if isinstance(operation, alembic_ops.DropConstraintOp):
@@ -248,9 +391,14 @@ def _describe(operation: alembic_ops.MigrateOperation, dialect: Dialect) -> list
         if operation.modify_type is not None:
             lines.append(
                 f"column {column} is {_type(operation.existing_type, dialect)}, chatledger's is "
-                f"{_type(operation.modify_type, dialect)}"
+                f"{_type(operation.modify_type, dialect)} (the fix converts its values in place)"
             )
-        if operation.modify_nullable is not None:
+        if operation.modify_nullable and column not in _COLUMNS.get(operation.table_name, ()):
+            lines.append(
+                f"column {column} is not chatledger's and is NOT NULL without a default: chatledger's "
+                "inserts fail; the fix makes it nullable (it is not dropped)"
+            )
+        elif operation.modify_nullable is not None:
             lines.append(
                 f"column {column} is {_nullability(not operation.modify_nullable)}, chatledger's is "
                 f"{_nullability(operation.modify_nullable)}"
@@ -319,21 +467,15 @@ def _text_type(column: Column[Any], dialect: Dialect) -> String | None:
     return resolved if isinstance(resolved, String) else None
 
 
-def _table_collation_drift(connection: Connection, table: Table) -> Found:
+def _table_collation_drift(connection: Connection, rules: dialects.DialectRules, table: Table) -> Found:
     """MySQL/MariaDB: the table's default character set and collation (``mysql_charset``,
     ``mysql_collate``), which the columns without one of their own take."""
-    if connection.dialect.name != "mysql":
-        return []
-    options = table.dialect_options["mysql"]
+    options = table.dialect_options[connection.dialect.name]
     charset, collation = options.get("charset"), options.get("collate")
-    live_collation = connection.execute(
-        text(
-            "SELECT table_collation FROM information_schema.tables "
-            "WHERE table_schema = DATABASE() AND table_name = :name"
-        ),
-        {"name": table.name},
-    ).scalar()
-    if not collation or _same(live_collation, collation):
+    if not collation:
+        return []
+    live_collation = rules.table_collation(connection, table.name)
+    if _same(live_collation, collation):
         return []
     name = _quote(connection, table.name)
     statement = f"ALTER TABLE {name} DEFAULT CHARACTER SET {charset} COLLATE {collation}"
@@ -345,24 +487,19 @@ def _table_collation_drift(connection: Connection, table: Table) -> Found:
     ]
 
 
-def _collation_drift(connection: Connection, table: Table, retyped: set[str]) -> Found:
-    """MySQL/MariaDB: each text column's character set and collation against the
-    schema's: the column type's own, else the table's (``mysql_charset``,
-    ``mysql_collate``); a binary or non-text column has none. Columns whose type
-    autogenerate already found changed (``retyped``) are left to that fix."""
-    if connection.dialect.name != "mysql":
-        return []
-    options = table.dialect_options["mysql"]
+def _collation_drift(
+    connection: Connection, rules: dialects.DialectRules, table: Table, retyped: set[str]
+) -> Found:
+    """Each column's character set and collation against the schema's: the column
+    type's own, else the table's (MySQL/MariaDB's ``mysql_charset``,
+    ``mysql_collate``), else the database's default (PostgreSQL; SQLite's ``BINARY``).
+    A non-text column has none. Columns whose type autogenerate already found changed
+    (``retyped``) are left to that fix. (A nondeterministic or case-folding collation
+    on an id column makes ``M1`` the same id as ``m1``: an append then stores nothing.)"""
+    options = table.dialect_options[connection.dialect.name]
     charset, collation = options.get("charset"), options.get("collate")
     drift: Found = []
-    rows = connection.execute(
-        text(
-            "SELECT column_name, character_set_name, collation_name FROM information_schema.columns "
-            "WHERE table_schema = DATABASE() AND table_name = :name"
-        ),
-        {"name": table.name},
-    )
-    live = {str(column): (has_charset, has_collation) for column, has_charset, has_collation in rows}
+    live = rules.column_collations(connection, table.name)
     for column in table.columns:
         if column.name not in live or column.name in retyped:
             continue
@@ -376,13 +513,15 @@ def _collation_drift(connection: Connection, table: Table, retyped: set[str]) ->
             want_charset = getattr(found, "charset", None) or charset
             want_collation = found.collation or (collation if want_charset == charset else None)
             if _same(has_charset, want_charset) and (
-                want_collation is None or _same(has_collation, want_collation)
+                # a character set named without a collation takes its default one
+                (want_collation is None and want_charset is not None) or _same(has_collation, want_collation)
             ):
                 continue
         drift.append(
             (
-                f"column {column.name} has the collation {has_collation}, chatledger's is {want_collation}",
-                _retype(column, found, want_charset, want_collation),
+                f"column {column.name} has the collation {has_collation}, chatledger's is "
+                f"{want_collation or 'the database default'}",
+                _retype(column, found, want_charset, want_collation or rules.default_collation),
             )
         )
     return drift
@@ -438,7 +577,11 @@ class _Statements(io.StringIO):
 
 
 def _render(
-    connection: Connection, table: str, operations: list[alembic_ops.MigrateOperation], present: set[str]
+    connection: Connection,
+    rules: dialects.DialectRules,
+    table: str,
+    operations: list[alembic_ops.MigrateOperation],
+    present: set[str],
 ) -> tuple[str, ...]:
     """The SQL of ``operations`` on ``table`` for the connection's dialect, rendered by
     Alembic offline; on SQLite inside one batch, which rebuilds the table when one of
@@ -449,7 +592,7 @@ def _render(
         dialect=connection.dialect, opts={"as_sql": True, "output_buffer": output, "literal_binds": True}
     )
     operations_api = Operations(offline)
-    if connection.dialect.name == "sqlite" and table in present:
+    if rules.rebuilds_tables and table in present:
         live = Table(table, MetaData(), autoload_with=connection)
         with operations_api.batch_alter_table(table, copy_from=live) as batch:
             for operation in operations:

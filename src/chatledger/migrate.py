@@ -708,9 +708,10 @@ async def check(dsn: str | URL | None = None) -> Check:
         message += f", but {integrity.describe_past_counter(past, more)}"
     drift: list[Drift] = []
     if kind is Standing.AT_HEAD:
-        from .drift import DRIFT_STATUS, describe_drift
+        from .drift import DRIFT_STATUS, describe_drift, describe_notes, schema_comparison
 
-        drift = await schema_drift(url)
+        compared = await schema_comparison(url)
+        drift = list(compared.drift)
         if drift:
             # Before a raw log past its counter: the schema is fixed first.
             message += (
@@ -718,6 +719,8 @@ async def check(dsn: str | URL | None = None) -> Check:
                 "on standard output; run it as the schema owner, after a backup"
             )
             status = DRIFT_STATUS
+        if compared.notes:
+            message += f". {describe_notes(compared.notes)}"
     if apps:
         message += f". {_app_alembic_note(apps)}"
     return Check(url, state, kind, status, message, tuple(past), tuple(apps), tuple(drift))
