@@ -339,6 +339,17 @@ class LedgerSessionStore:
         The session is serialized with rein's own ``Session.model_dump_json()`` when
         called, so later changes to the object are not saved.
 
+        Exactly once: the save carries a write id (a UUIDv7 fixed before its first
+        attempt), logged with the version it makes in ``rein_writes`` in the save's own
+        transaction. When the connection is lost while the COMMIT is under way, every
+        retry first looks the id up there: a save that was committed returns as if
+        acknowledged (a compare-and-set one too), even when other saves or a delete of
+        the id came in between, and is never applied twice. The entry is kept for at
+        least :data:`WRITE_LOG_RETENTION` (a day), far beyond the retry budget
+        (``retry_timeout``); when the budget runs out first, ``OutcomeUnknown`` carries
+        the write id (``rein_writes.write_id``, a lookup for a day). Repeating the call
+        makes a new write id: load the session to see whether it was applied first.
+
         Raises:
             VersionConflict: (a ``ValueError``) ``expected_version`` is stale -- another
                 writer saved or deleted the session in between, or (for 0) it exists.
