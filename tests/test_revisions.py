@@ -66,6 +66,11 @@ def test_shipped_history_is_linear_with_compatible_from() -> None:
         assert shipped.compatible_from[revision] in shipped.order[: position + 1]
 
 
+def test_revision_0004_is_expand_only() -> None:
+    """The rein write log only adds a table: code of revision 0003 keeps running on it."""
+    assert revisions().compatible_from["0004"] == "0003"
+
+
 def test_a_revision_without_compatible_from_is_refused(tmp_path: Path) -> None:
     location = script_directory(tmp_path, {"9001_sloppy.py": revision_file("9001", "pass")})
     with pytest.raises(RuntimeError, match=r"9001_sloppy.py: declares no compatible_from"):
