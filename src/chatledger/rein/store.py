@@ -58,8 +58,8 @@ WRITE_LOG_RETENTION = timedelta(days=1)
 
 #: A save prunes its session's entries older than :data:`WRITE_LOG_RETENTION` when the
 #: version it makes is ``0`` or ``1`` modulo this (at least once per this many
-#: versions, since a delete is always followed by a save): one ``DELETE`` per that many
-#: saves, rather than per save.
+#: versions: of two consecutive versions one is a save, since a delete needs a live
+#: session): one ``DELETE`` per that many saves, rather than per save.
 WRITE_LOG_PRUNE_EVERY = 16
 
 
@@ -114,7 +114,7 @@ def _settle_save(write_id: str) -> Callable[[AsyncConnection], Coroutine[Any, An
 
 
 async def _log_write(conn: AsyncConnection, id: str, write_id: str, version: int, now: datetime) -> int:
-    """Record the save in the write log, in its own transaction (on the session row's
+    """Record the save in the write log, in the save's transaction (on the session row's
     lock, which the save holds), and now and then prune the session's old entries.
     The log's primary key makes a repeat of a save committed late fail here, which
     ``Ledger.write`` then settles."""
