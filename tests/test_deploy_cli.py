@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from rein import Session
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
@@ -22,6 +23,7 @@ from chatledger.migrate import (
     revisions,
     upgrade_database,
 )
+from chatledger.rein import LedgerSessionStore
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
@@ -103,6 +105,27 @@ async def test_downgrade_keeps_tables_with_rows_unless_told(
     assert await run(["downgrade", "--dsn", dsn, "base", "--yes"]) == 0
     assert "is at revision <none>" in capsys.readouterr().out
     assert await database_revision(empty) is None
+
+
+async def test_downgrade_from_0004_keeps_the_rein_write_log_unless_told(
+    empty: URL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Revision 0004 only adds ``rein_writes``: its downgrade drops it, guarded as any
+    table, and the sessions stay for code of 0003."""
+    dsn = dsn_of(empty)
+    await upgrade_database(empty)
+    async with LedgerSessionStore(empty) as store:
+        await store.asave("kept", Session(iteration=1))
+    assert await run(["downgrade", "--dsn", dsn, "0003"]) == 1
+    error = capsys.readouterr().err
+    assert "rein_writes (1 row)" in error and "nothing was changed" in error
+    assert await run(["downgrade", "--dsn", dsn, "0003", "--yes"]) == 0
+    assert await database_revision(empty) == "0003"
+    assert await upgrade_database(empty) == revisions().order[-1]
+    async with LedgerSessionStore(empty) as store:
+        found = await store.aload_versioned("kept")
+        assert found is not None and found.version == 1
+        await store.asave("kept", Session(iteration=2), expected_version=1)
 
 
 async def test_downgrade_defaults_to_the_environment_dsn(

@@ -1,7 +1,7 @@
 """What the history checker (``tests/test_history.py``) found, each as its minimal history.
 
-Each is marked ``xfail(strict=True)`` until its fix lands: the fix makes it pass, and
-strict turns that into a failure that says to remove the mark.
+Each was marked ``xfail(strict=True)`` until its fix landed; the rein settle findings
+are fixed by the rein write log (revision 0004).
 """
 
 from __future__ import annotations
@@ -59,12 +59,6 @@ async def _save_lost_then_overtaken(server_url: URL, conv_id: str, expected_vers
             await b.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="history checker finding: a rein save whose COMMIT answer was lost is applied "
-    "again when another save of the id committed before it settled (the settle looks "
-    "the write id up in the row, which the other save replaced)",
-)
 async def test_a_lost_rein_save_overtaken_by_another_is_applied_once(server_url: URL) -> None:
     conv_id = "lost-then-overtaken"
     assert await _save_lost_then_overtaken(server_url, conv_id, None) is None
@@ -75,12 +69,6 @@ async def test_a_lost_rein_save_overtaken_by_another_is_applied_once(server_url:
     assert (found.version, found.session.iteration) == (3, 3), found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="history checker finding: a rein compare-and-set save whose COMMIT answer was "
-    "lost raises VersionConflict, though it was applied, when another save of the id "
-    "committed before it settled",
-)
 async def test_a_lost_rein_compare_and_set_overtaken_by_another_is_not_refused(server_url: URL) -> None:
     outcome = await _save_lost_then_overtaken(server_url, "cas-lost-then-overtaken", 1)
     assert outcome is None, f"the save was applied (version 2), yet it raised {outcome!r}"

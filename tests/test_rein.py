@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import rein
 from rein import Agent, LoopConfig, MockProvider, Session, SlidingWindow, SummarizeCompaction, ToolCall, Usage
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -25,7 +25,9 @@ from zett_agent.messages import UserMessage
 from chatledger import VersionConflict
 from chatledger.dsn import resolve_dsn
 from chatledger.rein import LedgerSessionStore, ReinSessionInfo, VersionedSession
+from chatledger.rein.store import WRITE_LOG_PRUNE_EVERY, WRITE_LOG_RETENTION, _settle_save
 from chatledger.schema import rein_sessions_table
+from chatledger.schema import rein_writes_table as writes
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
@@ -517,3 +519,77 @@ def test_unclosed_store_is_cleaned_up(database: Database, conv_id: str) -> None:
     thread.join(timeout=10)
     assert not thread.is_alive()
     assert not any(t is thread for t in threading.enumerate())
+
+
+# -- the write log (rein_writes, revision 0004): a save settles after later writes ----------
+
+
+def _logged(store: LedgerSessionStore, conv_id: str) -> list[tuple[str, int]]:
+    """The write log's entries of ``conv_id``: (write id, version), oldest first."""
+
+    async def read(conn: Any) -> list[tuple[str, int]]:
+        rows = await conn.execute(
+            select(writes.c.write_id, writes.c.version)
+            .where(writes.c.session_id == conv_id)
+            .order_by(writes.c.version)
+        )
+        return [(row.write_id, row.version) for row in rows]
+
+    async def work() -> list[tuple[str, int]]:
+        return await store.ledger.read(read)
+
+    return store._runner.call(work)
+
+
+def _settled(store: LedgerSessionStore, write_id: str) -> int | None:
+    async def work() -> int | None:
+        return await store.ledger.read(_settle_save(write_id))
+
+    return store._runner.call(work)
+
+
+def test_a_save_settles_to_its_own_version_after_later_saves_and_a_delete(
+    store: LedgerSessionStore, conv_id: str
+) -> None:
+    store.save(conv_id, Session(iteration=1))
+    store.save(conv_id, Session(iteration=2), expected_version=1)
+    store.delete(conv_id)
+    store.save(conv_id, Session(iteration=4))
+    entries = _logged(store, conv_id)
+    assert [version for _, version in entries] == [1, 2, 4]  # the delete (3) logs nothing
+    # What a settle of each returns: the version that save made, whatever came after.
+    assert [_settled(store, write_id) for write_id, _ in entries] == [1, 2, 4]
+    assert _settled(store, str(uuid.uuid4())) is None
+
+
+def test_the_write_log_prunes_a_sessions_entries_past_the_retention(
+    store: LedgerSessionStore, conv_id: str
+) -> None:
+    old = datetime.now(UTC) - WRITE_LOG_RETENTION * 2
+
+    async def backdate(conn: Any) -> None:
+        await conn.execute(
+            insert(writes),
+            [
+                {"write_id": "old-of-this", "session_id": conv_id, "version": 0, "created_at": old},
+                {
+                    "write_id": "old-of-other",
+                    "session_id": conv_id + "-other",
+                    "version": 0,
+                    "created_at": old,
+                },
+            ],
+        )
+
+    async def work() -> None:
+        await store.ledger.write(backdate)
+
+    store.save(conv_id, Session(iteration=1))  # version 1 prunes (before the old entries)
+    store._runner.call(work)
+    for iteration in range(2, WRITE_LOG_PRUNE_EVERY):
+        store.save(conv_id, Session(iteration=iteration))
+    assert _settled(store, "old-of-this") == 0  # versions 2..15 do not prune
+    store.save(conv_id, Session(iteration=WRITE_LOG_PRUNE_EVERY))  # version 16 prunes
+    assert _settled(store, "old-of-this") is None
+    assert _settled(store, "old-of-other") == 0  # another session's entries are its own
+    assert len(_logged(store, conv_id)) == WRITE_LOG_PRUNE_EVERY  # every recent one kept

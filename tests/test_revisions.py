@@ -3,8 +3,8 @@
 * They import nothing from ``chatledger``: their column types are their own, so a
   later change of :mod:`chatledger.types` cannot change what an old revision creates.
 * Revision 0001 emits, on every backend, the same DDL byte for byte as when it still
-  used the live types (``tests/golden/``, recorded from that version); so does 0003
-  (recorded when it was written).
+  used the live types (``tests/golden/``, recorded from that version); so do 0003
+  and 0004 (recorded when they were written).
 * The history is linear and every revision declares a valid ``compatible_from``;
   the template of ``alembic revision`` writes one and imports nothing from chatledger.
 """
@@ -66,6 +66,11 @@ def test_shipped_history_is_linear_with_compatible_from() -> None:
         assert shipped.compatible_from[revision] in shipped.order[: position + 1]
 
 
+def test_revision_0004_is_expand_only() -> None:
+    """The rein write log only adds a table: code of revision 0003 keeps running on it."""
+    assert revisions().compatible_from["0004"] == "0003"
+
+
 def test_a_revision_without_compatible_from_is_refused(tmp_path: Path) -> None:
     location = script_directory(tmp_path, {"9001_sloppy.py": revision_file("9001", "pass")})
     with pytest.raises(RuntimeError, match=r"9001_sloppy.py: declares no compatible_from"):
@@ -124,6 +129,18 @@ async def test_revision_0003_ddl_is_as_recorded(database: Database, tmp_path: Pa
     bookkeeping = (*BOOKKEEPING, "alembic_version")
     ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
     golden = (GOLDEN / f"ddl_0003_{database.backend}.sql").read_text()
+    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+
+
+async def test_revision_0004_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
+    """The rein write log: one ``CREATE TABLE`` and its index, on every backend."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url, "0003") == "0003"
+        with recorded_ddl() as sent:
+            assert await upgrade_database(url, "0004") == "0004"
+    bookkeeping = (*BOOKKEEPING, "alembic_version")
+    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
+    golden = (GOLDEN / f"ddl_0004_{database.backend}.sql").read_text()
     assert "".join(f"{statement}\n;\n" for statement in ours) == golden
 
 

@@ -411,9 +411,9 @@ async def downgrade_database(
     No table holding rows is dropped unless ``drop_rows``: their rows are counted first
     (a refusal then changes nothing), and once more under a lock that keeps every writer
     out of them until they are dropped (:data:`chatledger.dialects.DROP_GUARDS`), taken
-    after the steps that drop no table: an append open meanwhile commits before the
-    count and is counted, a later one fails once the table is gone. It was never
-    acknowledged.
+    for each step that drops tables, around that step alone: an append open meanwhile
+    commits before the count and is counted, a later one fails once the table is gone.
+    It was never acknowledged.
 
     Raises:
         DowngradeRefused: the downgrade would drop tables that hold rows and
@@ -426,15 +426,14 @@ async def downgrade_database(
         ValueError: ``lock_timeout`` is not a positive number of seconds.
     """
     url = resolve_dsn(dsn)
-    started: list[str] = []  # the revision it started from, once steps before the drops ran
+    started: list[str] = []  # the revision it started from, once a first step ran
 
     def work(connection: Connection) -> str | None:
         location = script_location
         adopt_legacy_revision(connection, ScriptDirectory.from_config(alembic_config(location=location)))
         current = read_state(connection, location).revision
         steps = downgrade_steps(current, revision, location) if current is not None else []
-        first = next((index for index, (_, tables) in enumerate(steps) if tables), None)
-        if first is None:  # no table dropped: nothing to count or guard
+        if not any(tables for _, tables in steps):  # no table dropped: nothing to count or guard
             command.downgrade(alembic_config(connection, location), revision)
             return read_state(connection, location).revision
         assert current is not None
@@ -443,15 +442,26 @@ async def downgrade_database(
         dropped = [name for name in tables_dropped(current, target, location) if name in present]
         if not drop_rows:
             _refuse_dropping_rows(connection, url, current, revision, dropped)
-        if first:
-            command.downgrade(alembic_config(connection, location), steps[first][0])
-            started.append(current)
-        present = set(inspect(connection).get_table_names())  # the steps run may have made some
-        touched = sorted(present & {*metadata.tables, *dropped, VERSION_TABLE, COMPATIBILITY_TABLE})
-        with dialects.guard_drops(connection, dropped, touched, lock_timeout):
-            if not drop_rows:
-                _refuse_dropping_rows(connection, url, current, revision, dropped)
-            command.downgrade(alembic_config(connection, location), target)
+        # Each step that drops tables runs under a guard of its own, the steps between
+        # outside any: on MySQL/MariaDB a guarded session may use only the tables it
+        # locked, under their own names, and the frozen revisions' data steps use aliases.
+        for index, (step, tables) in enumerate(steps):
+            later = steps[index + 1] if index + 1 < len(steps) else None
+            if not tables and later is not None and not later[1]:
+                continue  # the run of steps that drop nothing goes on: one downgrade for it
+            below = _below(step, location)
+            if not tables:
+                command.downgrade(alembic_config(connection, location), below)
+            else:
+                present = set(inspect(connection).get_table_names())  # earlier steps may have made some
+                guarded = [name for name in tables if name in present]
+                touched = sorted(present & {*metadata.tables, *guarded, VERSION_TABLE, COMPATIBILITY_TABLE})
+                with dialects.guard_drops(connection, guarded, touched, lock_timeout):
+                    if not drop_rows:
+                        _refuse_dropping_rows(connection, url, current, revision, guarded)
+                    command.downgrade(alembic_config(connection, location), below)
+            if not started:
+                started.append(current)
         return read_state(connection, location).revision
 
     try:

@@ -1,4 +1,5 @@
-"""The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions.
+"""The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions
+and the rein write log.
 
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
@@ -21,6 +22,7 @@ generation columns that make the store safe to share:
 
 ``rein_sessions`` keeps the same rule: a deleted rein session is a row whose
 ``session_json`` is NULL, and its ``version`` goes on counting after it.
+``rein_writes`` logs each rein save's write id and version for settling.
 
 Every identifier column (``id``, ``*_id``) is :class:`chatledger.types.Id`, compared
 byte for byte on every backend (``x``, ``x `` and ``X`` are three ids); only the
@@ -149,5 +151,22 @@ rein_sessions_table = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_rein_sessions_activity", "updated_at", "id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: The rein write log: one row per rein save, written in the save's transaction, so
+#: that a save whose COMMIT was not acknowledged is found by its write id after later
+#: saves of the id replaced ``rein_sessions.write_id`` (see ``chatledger.rein.store``).
+#: Settle bookkeeping, not session data: pruned by age, and not exported or copied.
+rein_writes_table = Table(
+    "rein_writes",
+    metadata,
+    # The save's write id: a UUIDv7 fixed before its first attempt.
+    Column("write_id", Id(MAX_ROW_ID_LENGTH), primary_key=True),
+    Column("session_id", Id(), nullable=False),
+    # The version the save made: what a settle of it returns.
+    Column("version", BigInt, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_rein_writes_session", "session_id", "created_at"),
     **MYSQL_TABLE_ARGS,
 )

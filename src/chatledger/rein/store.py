@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 from rein.session import Session
-from sqlalchemy import select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -36,10 +36,31 @@ from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
 from ..schema import rein_sessions_table as _rein
+from ..schema import rein_writes_table as _writes
 from ..selection import PURGE_BATCH, Progress, Selection, purge
 from .bridge import Portal
 
-__all__ = ["LedgerSessionStore", "ReinSessionInfo", "VersionConflict", "VersionedSession"]
+__all__ = [
+    "WRITE_LOG_RETENTION",
+    "LedgerSessionStore",
+    "ReinSessionInfo",
+    "VersionConflict",
+    "VersionedSession",
+]
+
+#: How long a save's entry in the write log (``rein_writes``) is kept at least: a save
+#: whose COMMIT answer was lost settles -- is found, not applied again -- when it is
+#: looked up within this time of its commit, however many saves and deletes of the id
+#: came in between. That covers the store's own retries (``retry_timeout``, 20 s by
+#: default) many times over, and a caller's lookup by ``OutcomeUnknown.write_id`` after
+#: an outage of up to a day.
+WRITE_LOG_RETENTION = timedelta(days=1)
+
+#: A save prunes its session's entries older than :data:`WRITE_LOG_RETENTION` when the
+#: version it makes is ``0`` or ``1`` modulo this (at least once per this many
+#: versions: of two consecutive versions one is a save, since a delete needs a live
+#: session): one ``DELETE`` per that many saves, rather than per save.
+WRITE_LOG_PRUNE_EVERY = 16
 
 
 class VersionedSession(NamedTuple):
@@ -77,23 +98,42 @@ def _decode(id: str, session_json: str) -> Session:
         raise ValueError(f"rein session {id!r} is stored as invalid session JSON: {error}") from None
 
 
-def _settle_save(id: str, write_id: str) -> Callable[[AsyncConnection], Coroutine[Any, Any, int | None]]:
-    """Looks a save up by its write id: the version it wrote while no later write has
-    replaced it, else ``None``."""
+def _settle_save(write_id: str) -> Callable[[AsyncConnection], Coroutine[Any, Any, int | None]]:
+    """Looks a save up by its write id in the write log: the version it made (what the
+    save returns, plain or compare-and-set) if it was committed, else ``None``. Later
+    saves and deletes of the id leave its entry alone, for at least
+    :data:`WRITE_LOG_RETENTION`."""
 
     async def settle(conn: AsyncConnection) -> int | None:
         version: int | None = await conn.scalar(
-            select(_rein.c.version).where(_rein.c.id == id, _rein.c.write_id == write_id)
+            select(_writes.c.version).where(_writes.c.write_id == write_id)
         )
         return version
 
     return settle
 
 
+async def _log_write(conn: AsyncConnection, id: str, write_id: str, version: int, now: datetime) -> int:
+    """Record the save in the write log, in the save's transaction (on the session row's
+    lock, which the save holds), and now and then prune the session's old entries.
+    The log's primary key makes a repeat of a save committed late fail here, which
+    ``Ledger.write`` then settles."""
+    await conn.execute(
+        insert(_writes).values(write_id=write_id, session_id=id, version=version, created_at=now)
+    )
+    if version % WRITE_LOG_PRUNE_EVERY < 2:
+        await conn.execute(
+            delete(_writes).where(
+                _writes.c.session_id == id, _writes.c.created_at < now - WRITE_LOG_RETENTION
+            )
+        )
+    return version
+
+
 async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None) -> int:
     await ledger.check_statement_size("session", session_json)
     # Fixed before the first attempt: a retry after a commit that was not acknowledged
-    # finds the row this save wrote (see Ledger.write's settle).
+    # finds this save's entry in the write log, whatever saved the id since (settle).
     write_id = new_uuid7()
     latest = ledger.rules.latest
 
@@ -109,7 +149,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
             }
             version = await ledger.rules.save_rein_session(conn, values, expected == 0)
             if version is not None:
-                return version
+                return await _log_write(conn, id, write_id, version, now)
         else:
             changed = await conn.execute(
                 update(_rein)
@@ -122,7 +162,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
                 )
             )
             if changed.rowcount == 1:
-                return expected + 1
+                return await _log_write(conn, id, write_id, expected + 1, now)
         current = (
             await conn.execute(select(_rein.c.version, _live.label("live")).where(_rein.c.id == id))
         ).one_or_none()
@@ -136,7 +176,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
             "it in between; reload it and apply the change again"
         )
 
-    return await ledger.write(work, settle=_settle_save(id, write_id))
+    return await ledger.write(work, settle=_settle_save(write_id), write_id=write_id)
 
 
 async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
@@ -298,6 +338,17 @@ class LedgerSessionStore:
 
         The session is serialized with rein's own ``Session.model_dump_json()`` when
         called, so later changes to the object are not saved.
+
+        Exactly once: the save carries a write id (a UUIDv7 fixed before its first
+        attempt), logged with the version it makes in ``rein_writes`` in the save's own
+        transaction. When the connection is lost while the COMMIT is under way, every
+        retry first looks the id up there: a save that was committed returns as if
+        acknowledged (a compare-and-set one too), even when other saves or a delete of
+        the id came in between, and is never applied twice. The entry is kept for at
+        least :data:`WRITE_LOG_RETENTION` (a day), far beyond the retry budget
+        (``retry_timeout``); when the budget runs out first, ``OutcomeUnknown`` carries
+        the write id (``rein_writes.write_id``, a lookup for a day). Repeating the call
+        makes a new write id: load the session to see whether it was applied first.
 
         Raises:
             VersionConflict: (a ``ValueError``) ``expected_version`` is stale -- another
