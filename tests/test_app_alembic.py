@@ -96,10 +96,16 @@ def do_run_migrations(connection):
 
 
 async def main():
+    # An application whose deploy runs chatledger's migrations from its own env.py.
+    chatledger_upgrade = config.attributes.get("chatledger_upgrade")
+    if chatledger_upgrade == "before":
+        await chatledger.migrate.upgrade(config.attributes["url"])
     engine = create_async_engine(config.attributes["url"], poolclass=NullPool)
     async with engine.connect() as connection:
         await connection.run_sync(do_run_migrations)
     await engine.dispose()
+    if chatledger_upgrade == "after":
+        await chatledger.migrate.upgrade(config.attributes["url"])
 
 
 asyncio.run(main())
@@ -333,3 +339,28 @@ async def test_a_legacy_alembic_version_is_left_alone_by_an_app_with_its_own_ver
     operations, source = await App(tmp_path, shared, "composed").autogenerate("orders")
     assert tables_touched(operations) == {"app_orders"}
     assert "alembic_version" not in source
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_the_apps_env_py_may_run_chatledgers_upgrade(
+    database: Database, tmp_path: Path, when: str
+) -> None:
+    """F4: ``chatledger.migrate.upgrade()`` from inside the application's env.py, before
+    or after its own migrations, leaves the application's Alembic run working (its
+    ``alembic.context`` and ``alembic.op``): both schemas end at their heads."""
+    async with fresh_database(database, tmp_path, "inside") as url:
+        app = App(tmp_path, url, "plain")
+        app.config.attributes["chatledger_upgrade"] = when
+        operations, _ = await app.autogenerate("orders")
+        assert await database_revision(url) == HEAD
+        if when == "before":  # chatledger's tables were there to compare, and hidden
+            assert tables_touched(operations) == {"app_orders"}
+        await app.upgrade()
+        assert await database_revision(url) == HEAD
+
+        def app_state(connection: Connection) -> tuple[bool, list[str]]:
+            revisions = list(connection.scalars(text("SELECT version_num FROM alembic_version")))
+            return inspect(connection).has_table("app_orders"), revisions
+
+        has_orders, app_revisions = await on_connection(url, app_state)
+        assert has_orders and len(app_revisions) == 1

@@ -47,12 +47,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
+from alembic import context as alembic_context
+from alembic import op as alembic_op
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import URL, Connection
@@ -239,6 +242,28 @@ def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
     )
 
 
+@contextmanager
+def _alembic_proxies_kept() -> Iterator[None]:
+    """Keep an application's running Alembic working across a chatledger run inside it
+    (its ``env.py`` calling :func:`upgrade`). ``alembic.context`` and ``alembic.op`` are
+    process-wide module proxies that every Alembic run installs on entry and removes on
+    exit (``alembic.util.langhelpers.ModuleClsProxy._install_proxy``/``_remove_proxy``,
+    from ``EnvironmentContext.__enter__/__exit__`` and ``Operations.context``): the
+    ones active before chatledger's run are installed again after it, and any it left
+    behind removed."""
+    modules = (alembic_context, alembic_op)
+    before = [getattr(module, "_proxy", None) for module in modules]
+    try:
+        yield
+    finally:
+        for module, proxy in zip(modules, before, strict=True):
+            left = getattr(module, "_proxy", None)
+            if proxy is not None:
+                proxy._install_proxy()
+            elif left is not None:
+                left._remove_proxy()
+
+
 async def _alembic(
     url: URL,
     work: Callable[[Connection], T],
@@ -255,7 +280,10 @@ async def _alembic(
         if not _ALEMBIC_RUN.acquire(timeout=lock_timeout):
             raise SchemaNotReady(_lock_message(url, lock_timeout, "another migration in this process"))
         try:
-            return asyncio.run(run_locked(url, work, connect_args=connect_args, lock_timeout=lock_timeout))
+            with _alembic_proxies_kept():
+                return asyncio.run(
+                    run_locked(url, work, connect_args=connect_args, lock_timeout=lock_timeout)
+                )
         finally:
             _ALEMBIC_RUN.release()
 
@@ -392,7 +420,7 @@ def write_upgrade_sql(
     _check_lock_timeout(lock_timeout)
     url = resolve_dsn(dsn)
     config = alembic_config(location=script_location, url=url, lock_timeout=lock_timeout)
-    with _ALEMBIC_RUN:
+    with _ALEMBIC_RUN, _alembic_proxies_kept():
         command.upgrade(config, revision, sql=True)
 
 
