@@ -234,6 +234,28 @@ def _check_lock_timeout(lock_timeout: float) -> None:
         )
 
 
+def _busy_message(url: URL, lock_timeout: float, where: str) -> str:
+    return (
+        f"database {display(url)}: tables busy: waited {lock_timeout:g} s for a lock on chatledger's "
+        f"tables, which another transaction holds (an open transaction that read or wrote them); "
+        f"{where}. End that transaction (commit or roll back) and run it again, or wait longer "
+        "(--lock-timeout)"
+    )
+
+
+async def _applied_since(url: URL, started: list[str | None], location: str | Path | None) -> str:
+    """After a migration stopped by a busy table: what stays applied, in words."""
+    if not started:
+        return "nothing was applied"
+    now = (await database_state(url, location)).revision
+    if now == started[0]:
+        return "nothing was applied"
+    return (
+        f"the revisions before it stay applied (MySQL/MariaDB commit every DDL statement on its own): "
+        f"the database is now at {now}"
+    )
+
+
 def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
     return (
         f"database {display(url)}: waited {lock_timeout:g} s for the schema lock ({lock}), which "
@@ -350,17 +372,23 @@ async def apply_upgrade(
         alembic.util.CommandError: ``revision`` is not a valid target.
     """
     url = resolve_dsn(dsn)
+    started: list[str | None] = []
 
     def work(connection: Connection) -> Upgrade:
         before = read_state(connection, script_location)
         if before.revision is not None and not is_known(before.revision, script_location):
             return Upgrade(before, before, (), url)
+        started.append(before.revision)
         command.upgrade(alembic_config(connection, script_location), revision)
         after = read_state(connection, script_location)
         applied = _between(revisions(script_location), before.revision, after.revision)
         return Upgrade(before, after, applied, url)
 
-    return await _alembic(url, work, connect_args, lock_timeout)
+    try:
+        return await _alembic(url, work, connect_args, lock_timeout)
+    except dialects.MigrationBusy as busy:
+        where = await _applied_since(url, started, script_location)
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
 
 
 async def upgrade_schema(
@@ -491,6 +519,9 @@ async def downgrade_database(
         raise DowngradeRefused(
             str(refused).replace("nothing was changed", where), tables=refused.tables
         ) from None
+    except dialects.MigrationBusy as busy:
+        where = await _moved_since(url, started, script_location) or "nothing was changed"
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
     except dialects.TablesBusy as busy:
         where = await _moved_since(url, started, script_location) or "nothing was dropped"
         raise SchemaNotReady(
@@ -787,7 +818,11 @@ async def database_revision(dsn: str | URL | None = None) -> str | None:
 
 def run_alembic_from_command_line(url: URL, work: Callable[[Connection], None], lock_timeout: float) -> None:
     """``env.py`` under the ``alembic`` command: ``work`` under the schema lock, in one transaction."""
-    asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
+    try:
+        asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
+    except dialects.MigrationBusy as busy:
+        where = "what was applied: see chatledger check (MySQL/MariaDB commit every DDL statement on its own)"
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
 
 
 # -- schema drift: chatledger.drift, re-exported ------------------------------------------
