@@ -96,10 +96,16 @@ def do_run_migrations(connection):
 
 
 async def main():
+    # An application whose deploy runs chatledger's migrations from its own env.py.
+    chatledger_upgrade = config.attributes.get("chatledger_upgrade")
+    if chatledger_upgrade == "before":
+        await chatledger.migrate.upgrade(config.attributes["url"])
     engine = create_async_engine(config.attributes["url"], poolclass=NullPool)
     async with engine.connect() as connection:
         await connection.run_sync(do_run_migrations)
     await engine.dispose()
+    if chatledger_upgrade == "after":
+        await chatledger.migrate.upgrade(config.attributes["url"])
 
 
 asyncio.run(main())
@@ -266,3 +272,95 @@ async def test_app_version_tables_are_alembics_layout_but_not_chatledgers(shared
         "CREATE TABLE notes (version_num VARCHAR(32) NOT NULL, body VARCHAR(20))",
     )
     assert await on_connection(shared, app_version_tables) == ["alembic_version", "billing_version"]
+
+
+def test_the_hooks_match_chatledgers_tables_in_the_default_schema_only() -> None:
+    from sqlalchemy import Column, Integer, MetaData, Table
+
+    for name in chatledger_tables() | {"alembic_version"}:
+        assert not include_name(name, "table", {"schema_name": None})
+        assert include_name(name, "table", {"schema_name": "app"})
+        assert include_name("ix_x", "index", {"table_name": name, "schema_name": "app"})
+        elsewhere = Table(name, MetaData(), Column("id", Integer, primary_key=True), schema="app")
+        assert include_object(elsewhere, name, "table", True, None)
+        assert include_object(elsewhere.c.id, "id", "column", True, None)
+        here = Table(name, MetaData(), Column("id", Integer, primary_key=True))
+        assert not include_object(here, name, "table", True, None)
+        assert not include_object(here.c.id, "id", "column", True, None)
+
+
+async def test_an_apps_table_named_like_chatledgers_in_its_own_schema_is_its_own(
+    shared: URL, backend: str
+) -> None:
+    """F6 (a): ``include_schemas=True`` on PostgreSQL: the application's
+    ``app.raw_messages`` is created, chatledger's ``raw_messages`` left alone."""
+    if backend != "postgresql":
+        pytest.skip("schemas within one database: PostgreSQL")
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import Column, Integer, MetaData, String, Table
+
+    await execute(shared, "CREATE SCHEMA app")
+    target = MetaData()
+    Table("app_orders", target, Column("id", Integer, primary_key=True))
+    Table("app_scratch", target, Column("id", Integer, primary_key=True))  # the fixture's
+    Table(
+        "raw_messages",
+        target,
+        Column("id", Integer, primary_key=True),
+        Column("body", String(10)),
+        schema="app",
+    )
+
+    def diff(connection: Connection) -> list[Any]:
+        options = {"include_schemas": True, "target_metadata": target, **app_hooks()}
+        return list(compare_metadata(MigrationContext.configure(connection, opts=options), target))
+
+    found = await on_connection(shared, diff)
+    assert sorted((entry[0], entry[1].fullname) for entry in found) == [
+        ("add_table", "app.raw_messages"),
+        ("add_table", "app_orders"),
+    ]
+
+
+async def test_a_legacy_alembic_version_is_left_alone_by_an_app_with_its_own_version_table(
+    shared: URL, tmp_path: Path
+) -> None:
+    """F6 (b): chatledger's revision still in ``alembic_version`` (an older layout), and
+    the application's Alembic with a ``version_table`` of its own: its autogenerate
+    proposes no drop of ``alembic_version``."""
+    await execute(
+        shared,
+        "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)",
+        f"INSERT INTO alembic_version SELECT version_num FROM {VERSION_TABLE}",
+        f"DROP TABLE {VERSION_TABLE}",
+    )
+    assert await database_revision(shared) == HEAD
+    operations, source = await App(tmp_path, shared, "composed").autogenerate("orders")
+    assert tables_touched(operations) == {"app_orders"}
+    assert "alembic_version" not in source
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+async def test_the_apps_env_py_may_run_chatledgers_upgrade(
+    database: Database, tmp_path: Path, when: str
+) -> None:
+    """F4: ``chatledger.migrate.upgrade()`` from inside the application's env.py, before
+    or after its own migrations, leaves the application's Alembic run working (its
+    ``alembic.context`` and ``alembic.op``): both schemas end at their heads."""
+    async with fresh_database(database, tmp_path, "inside") as url:
+        app = App(tmp_path, url, "plain")
+        app.config.attributes["chatledger_upgrade"] = when
+        operations, _ = await app.autogenerate("orders")
+        assert await database_revision(url) == HEAD
+        if when == "before":  # chatledger's tables were there to compare, and hidden
+            assert tables_touched(operations) == {"app_orders"}
+        await app.upgrade()
+        assert await database_revision(url) == HEAD
+
+        def app_state(connection: Connection) -> tuple[bool, list[str]]:
+            revisions = list(connection.scalars(text("SELECT version_num FROM alembic_version")))
+            return inspect(connection).has_table("app_orders"), revisions
+
+        has_orders, app_revisions = await on_connection(url, app_state)
+        assert has_orders and len(app_revisions) == 1

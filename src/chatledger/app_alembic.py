@@ -23,8 +23,14 @@ object is compared only when chatledger's hook and the application's both accept
 chatledger's tables are those of :data:`chatledger.schema.metadata` plus
 :data:`~chatledger.versioning.VERSION_TABLE` and
 :data:`~chatledger.versioning.COMPATIBILITY_TABLE`, read at each call, so a table a
-new revision adds is covered with no change here. They are matched by name in any
-schema. The application keeps its own ``alembic_version`` (chatledger never uses it).
+new revision adds is covered with no change here. They are matched by (schema, name) in
+the schema chatledger runs in, the connection's default schema (Alembic's ``None``): a
+table of the same name in another schema (``include_schemas=True``) is the
+application's. ``alembic_version`` in that schema is left out as well: where an older
+chatledger kept its revision, and otherwise an Alembic project's version table, which
+Alembic already leaves out of the autogenerate of the project it belongs to
+(``alembic.autogenerate.compare.tables``), so an application with a ``version_table``
+of its own never proposes to drop it.
 
 :func:`app_version_tables` finds an application's version table beside chatledger's
 (``chatledger check`` then names these hooks).
@@ -65,14 +71,26 @@ def chatledger_tables() -> frozenset[str]:
     )
 
 
+def _excluded() -> frozenset[str]:
+    """The table names the hooks leave out of chatledger's schema: chatledger's own and
+    ``alembic_version`` (see the module docstring)."""
+    return chatledger_tables() | {LEGACY_VERSION_TABLE}
+
+
 def include_name(name: str | None, type_: str, parent_names: NameFilterParentNames) -> bool:
     """Alembic's ``include_name`` hook (``EnvironmentContext.configure``): ``False`` for
-    a reflected chatledger table and for the indexes, constraints and columns of one,
-    ``True`` for everything else (schemas included)."""
-    ours = chatledger_tables()
+    a reflected chatledger table (or ``alembic_version``) in the default schema
+    (``parent_names["schema_name"]`` ``None``) and for the indexes, constraints and
+    columns of one, ``True`` for everything else (schemas included, and tables of the
+    same name in other schemas)."""
+    if parent_names.get("schema_name") is not None:
+        return True
+    excluded = _excluded()
     if type_ == "table":
-        return name not in ours
-    return parent_names.get("table_name") not in ours
+        return name not in excluded
+    if type_ == "schema":
+        return True
+    return parent_names.get("table_name") not in excluded
 
 
 def include_object(
@@ -82,14 +100,16 @@ def include_object(
     reflected: bool,
     compare_to: SchemaItem | None,
 ) -> bool:
-    """Alembic's ``include_object`` hook: ``False`` for a chatledger table, and for a
-    column, index or constraint of one, whether reflected from the database or in the
+    """Alembic's ``include_object`` hook: ``False`` for a chatledger table (or
+    ``alembic_version``) in the default schema (``schema`` ``None``), and for a column,
+    index or constraint of one, whether reflected from the database or in the
     application's metadata; ``True`` for everything else."""
-    ours = chatledger_tables()
     if type_ == "table":
-        return name not in ours
-    owner = getattr(object, "table", None)
-    return getattr(owner, "name", None) not in ours
+        schema, table_name = getattr(object, "schema", None), name
+    else:
+        owner = getattr(object, "table", None)
+        schema, table_name = getattr(owner, "schema", None), getattr(owner, "name", None)
+    return schema is not None or table_name not in _excluded()
 
 
 class AppHooks(TypedDict):

@@ -1487,6 +1487,20 @@ _MYSQL_LOCK_NAME = "CONCAT('chatledger_schema_', MD5(DATABASE()))"
 MigrationTransaction = Callable[[AsyncConnection, float], AbstractAsyncContextManager[AsyncConnection]]
 
 
+class MigrationBusy(TimeoutError):
+    """A statement of the migration, past the schema lock, waited longer than the lock
+    timeout for a lock on a table (or deadlocked): another transaction holds a lock on
+    chatledger's tables (an open transaction that read or wrote them)."""
+
+
+def _busy(conn: AsyncConnection, error: DBAPIError) -> MigrationBusy | None:
+    """:class:`MigrationBusy` for a lock wait past the timeout (or a deadlock) of the
+    migration's work; ``None`` for any other failure, which is the work's own."""
+    if classify(rules(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
+        return MigrationBusy(str(error.orig))
+    return None
+
+
 @asynccontextmanager
 async def _migration_transaction_postgresql(
     conn: AsyncConnection, lock_timeout: float
@@ -1496,12 +1510,14 @@ async def _migration_transaction_postgresql(
 
     READ COMMITTED whatever the database's default, so that a process granted the lock
     after another upgraded reads the revision that one committed. ``lock_timeout``
-    bounds the wait (advisory locks obey it; SQLSTATE 55P03) and is put back before
-    the migration runs, so its DDL waits for table locks as it would have.
+    (``set_config(.., true)``: ``SET LOCAL``, for this transaction only) bounds every
+    lock wait of the migration: the schema lock's (advisory locks obey it; SQLSTATE
+    55P03) and its DDL's on tables an open transaction has read or written, which
+    would otherwise wait unbounded while every writer queues behind the pending
+    ``ACCESS EXCLUSIVE`` lock (:class:`MigrationBusy`; nothing is applied).
     """
     conn = await conn.execution_options(isolation_level="READ COMMITTED")
     async with conn.begin():
-        previous = await conn.scalar(text("SELECT current_setting('lock_timeout')"))
         milliseconds = max(1, round(lock_timeout * 1000))
         await conn.execute(
             text("SELECT set_config('lock_timeout', :value, true)"), {"value": f"{milliseconds}ms"}
@@ -1512,8 +1528,13 @@ async def _migration_transaction_postgresql(
             if error_code(error) == "55P03":  # lock_not_available
                 raise SchemaLockTimeout(f"pg_advisory_xact_lock({SCHEMA_LOCK_KEY})") from error
             raise
-        await conn.execute(text("SELECT set_config('lock_timeout', :value, true)"), {"value": previous})
-        yield conn
+        try:
+            yield conn
+        except DBAPIError as error:
+            busy = _busy(conn, error)
+            if busy is None:
+                raise
+            raise busy from error
 
 
 @asynccontextmanager
@@ -1523,7 +1544,13 @@ async def _migration_transaction_mysql(
     """MySQL/MariaDB: ``GET_LOCK``, a lock of the session, taken and committed before the
     migration's transaction begins (so that transaction's snapshot starts after it) and
     released after; a lost connection releases it on the server. DDL is not
-    transactional here: every statement commits by itself."""
+    transactional here: every statement commits by itself.
+
+    While the lock is held, ``lock_wait_timeout`` (metadata locks: the DDL's wait for a
+    transaction that read or wrote a table, one day by default, while every writer
+    queues behind it) and ``innodb_lock_wait_timeout`` (row locks) of the session are
+    the lock timeout in whole seconds, then put back: a wait past it is
+    :class:`MigrationBusy` (error 1205); the revisions before it stay applied."""
     granted = await conn.scalar(
         text(f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :timeout)"), {"timeout": lock_timeout}
     )
@@ -1531,8 +1558,30 @@ async def _migration_transaction_mysql(
     if granted != 1:  # 0: timed out; NULL: killed or out of memory
         raise SchemaLockTimeout(f"GET_LOCK({_MYSQL_LOCK_NAME})")
     try:
-        async with conn.begin():
-            yield conn
+        saved = (
+            await conn.execute(text("SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout"))
+        ).one()
+        seconds = max(1, math.ceil(lock_timeout))
+        await conn.exec_driver_sql(
+            f"SET SESSION lock_wait_timeout = {seconds}, innodb_lock_wait_timeout = {seconds}"
+        )
+        await conn.commit()
+        try:
+            async with conn.begin():
+                try:
+                    yield conn
+                except DBAPIError as error:
+                    busy = _busy(conn, error)
+                    if busy is None:
+                        raise
+                    raise busy from error
+        finally:
+            with suppress(SQLAlchemyError):  # the connection may be gone (its settings with it)
+                await conn.exec_driver_sql(
+                    f"SET SESSION lock_wait_timeout = {int(saved[0])}, "
+                    f"innodb_lock_wait_timeout = {int(saved[1])}"
+                )
+                await conn.commit()
     except BaseException:
         with suppress(DBAPIError):  # the connection may be gone, and the lock with it
             await _release_mysql_lock(conn)
@@ -1551,7 +1600,9 @@ async def _migration_transaction_sqlite(
 ) -> AsyncIterator[AsyncConnection]:
     """SQLite: ``BEGIN IMMEDIATE`` (emitted by :func:`configure_migration_engine`) takes the
     file's write lock, waiting up to the busy timeout; every statement of the migration,
-    DDL included, then runs in that one transaction."""
+    DDL included, then runs in that one transaction. The busy timeout bounds every
+    later lock wait too (a COMMIT waiting for readers, outside WAL mode):
+    :class:`MigrationBusy`, nothing applied."""
     began = False
     try:
         async with conn.begin():
@@ -1560,7 +1611,10 @@ async def _migration_transaction_sqlite(
     except DBAPIError as error:
         if not began and error_code(error) in RULES["sqlite"].transient_codes:
             raise SchemaLockTimeout("BEGIN IMMEDIATE") from error
-        raise
+        busy = _busy(conn, error)
+        if busy is None:
+            raise
+        raise busy from error
 
 
 #: Dialect name -> the transaction a migration runs in, holding the schema lock.
@@ -1706,7 +1760,8 @@ def _guard_drops_postgresql(
 ) -> Iterator[None]:
     """PostgreSQL: ``LOCK TABLE .. IN ACCESS EXCLUSIVE MODE`` in the migration's own
     transaction, which the DROPs commit with. The wait is bounded by ``lock_timeout``
-    (SQLSTATE 55P03), then the session's own value is put back, as the schema lock does."""
+    (SQLSTATE 55P03), then the value before it is put back (the migration transaction's
+    own, the same lock timeout)."""
     quote = conn.dialect.identifier_preparer.quote
     previous = conn.scalar(text("SELECT current_setting('lock_timeout')"))
     conn.execute(

@@ -47,12 +47,15 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from alembic import command
+from alembic import context as alembic_context
+from alembic import op as alembic_op
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, table
 from sqlalchemy.engine import URL, Connection
@@ -231,12 +234,56 @@ def _check_lock_timeout(lock_timeout: float) -> None:
         )
 
 
+def _busy_message(url: URL, lock_timeout: float, where: str) -> str:
+    return (
+        f"database {display(url)}: tables busy: waited {lock_timeout:g} s for a lock on chatledger's "
+        f"tables, which another transaction holds (an open transaction that read or wrote them); "
+        f"{where}. End that transaction (commit or roll back) and run it again, or wait longer "
+        "(--lock-timeout)"
+    )
+
+
+async def _applied_since(url: URL, started: list[str | None], location: str | Path | None) -> str:
+    """After a migration stopped by a busy table: what stays applied, in words."""
+    if not started:
+        return "nothing was applied"
+    now = (await database_state(url, location)).revision
+    if now == started[0]:
+        return "nothing was applied"
+    return (
+        f"the revisions before it stay applied (MySQL/MariaDB commit every DDL statement on its own): "
+        f"the database is now at {now}"
+    )
+
+
 def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
     return (
         f"database {display(url)}: waited {lock_timeout:g} s for the schema lock ({lock}), which "
         "another process holds while it migrates the database; try again once it is done, or "
         "wait longer (--lock-timeout)"
     )
+
+
+@contextmanager
+def _alembic_proxies_kept() -> Iterator[None]:
+    """Keep an application's running Alembic working across a chatledger run inside it
+    (its ``env.py`` calling :func:`upgrade`). ``alembic.context`` and ``alembic.op`` are
+    process-wide module proxies that every Alembic run installs on entry and removes on
+    exit (``alembic.util.langhelpers.ModuleClsProxy._install_proxy``/``_remove_proxy``,
+    from ``EnvironmentContext.__enter__/__exit__`` and ``Operations.context``): the
+    ones active before chatledger's run are installed again after it, and any it left
+    behind removed."""
+    modules = (alembic_context, alembic_op)
+    before = [getattr(module, "_proxy", None) for module in modules]
+    try:
+        yield
+    finally:
+        for module, proxy in zip(modules, before, strict=True):
+            left = getattr(module, "_proxy", None)
+            if proxy is not None:
+                proxy._install_proxy()
+            elif left is not None:
+                left._remove_proxy()
 
 
 async def _alembic(
@@ -255,7 +302,10 @@ async def _alembic(
         if not _ALEMBIC_RUN.acquire(timeout=lock_timeout):
             raise SchemaNotReady(_lock_message(url, lock_timeout, "another migration in this process"))
         try:
-            return asyncio.run(run_locked(url, work, connect_args=connect_args, lock_timeout=lock_timeout))
+            with _alembic_proxies_kept():
+                return asyncio.run(
+                    run_locked(url, work, connect_args=connect_args, lock_timeout=lock_timeout)
+                )
         finally:
             _ALEMBIC_RUN.release()
 
@@ -322,17 +372,23 @@ async def apply_upgrade(
         alembic.util.CommandError: ``revision`` is not a valid target.
     """
     url = resolve_dsn(dsn)
+    started: list[str | None] = []
 
     def work(connection: Connection) -> Upgrade:
         before = read_state(connection, script_location)
         if before.revision is not None and not is_known(before.revision, script_location):
             return Upgrade(before, before, (), url)
+        started.append(before.revision)
         command.upgrade(alembic_config(connection, script_location), revision)
         after = read_state(connection, script_location)
         applied = _between(revisions(script_location), before.revision, after.revision)
         return Upgrade(before, after, applied, url)
 
-    return await _alembic(url, work, connect_args, lock_timeout)
+    try:
+        return await _alembic(url, work, connect_args, lock_timeout)
+    except dialects.MigrationBusy as busy:
+        where = await _applied_since(url, started, script_location)
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
 
 
 async def upgrade_schema(
@@ -392,7 +448,7 @@ def write_upgrade_sql(
     _check_lock_timeout(lock_timeout)
     url = resolve_dsn(dsn)
     config = alembic_config(location=script_location, url=url, lock_timeout=lock_timeout)
-    with _ALEMBIC_RUN:
+    with _ALEMBIC_RUN, _alembic_proxies_kept():
         command.upgrade(config, revision, sql=True)
 
 
@@ -473,6 +529,9 @@ async def downgrade_database(
         raise DowngradeRefused(
             str(refused).replace("nothing was changed", where), tables=refused.tables
         ) from None
+    except dialects.MigrationBusy as busy:
+        where = await _moved_since(url, started, script_location) or "nothing was changed"
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
     except dialects.TablesBusy as busy:
         where = await _moved_since(url, started, script_location) or "nothing was dropped"
         raise SchemaNotReady(
@@ -772,7 +831,11 @@ async def database_revision(dsn: str | URL | None = None) -> str | None:
 
 def run_alembic_from_command_line(url: URL, work: Callable[[Connection], None], lock_timeout: float) -> None:
     """``env.py`` under the ``alembic`` command: ``work`` under the schema lock, in one transaction."""
-    asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
+    try:
+        asyncio.run(run_locked(url, work, lock_timeout=lock_timeout))
+    except dialects.MigrationBusy as busy:
+        where = "what was applied: see chatledger check (MySQL/MariaDB commit every DDL statement on its own)"
+        raise SchemaNotReady(_busy_message(url, lock_timeout, where)) from busy
 
 
 # -- schema drift: chatledger.drift, re-exported ------------------------------------------
