@@ -506,13 +506,14 @@ async def test_rein_saves_settle_by_their_write_id(
     store: LedgerSessionStore, ledger: Ledger, conv_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each save carries a new UUIDv7 write id and hands ``Ledger.write`` a settle
-    function that finds the save's version by it while no later write replaced it."""
+    function that finds the version the save made by it, in the write log: after later
+    saves and a delete of the id too."""
     settles: list[Any] = []
     write = Ledger.write
 
-    async def recording_write(self: Ledger, work: Any, *, settle: Any = None) -> Any:
-        settles.append(settle)
-        return await write(self, work, settle=settle)
+    async def recording_write(self: Ledger, work: Any, **options: Any) -> Any:
+        settles.append(options.get("settle"))
+        return await write(self, work, **options)
 
     monkeypatch.setattr(Ledger, "write", recording_write)
 
@@ -526,10 +527,10 @@ async def test_rein_saves_settle_by_their_write_id(
     second = await rein_row(ledger, conv_id)
     assert second.write_id != row.write_id
     assert await ledger.read(settles[1]) == 2
-    assert await ledger.read(settles[0]) is None  # replaced by a later write
+    assert await ledger.read(settles[0]) == 1  # found after a later write replaced the row's id
 
     await store.adelete(conv_id)
-    assert await ledger.read(settles[1]) is None
+    assert await ledger.read(settles[1]) == 2  # and after a delete
     await store.asave(conv_id, Session(iteration=3), expected_version=0)
     assert await ledger.read(settles[-1]) == 4
 
