@@ -28,7 +28,7 @@ from alembic import context
 from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection
 
-from chatledger import adoption, migrate
+from chatledger import adoption, dialects, migrate
 from chatledger.dsn import resolve_dsn
 from chatledger.errors import ChatledgerError
 from chatledger.offline import run_offline
@@ -44,7 +44,7 @@ def run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=dialects.rules(connection.dialect.name).rebuilds_tables,
         # One transaction for the whole upgrade where the database allows DDL in one.
         transaction_per_migration=False,
         **migrate.context_options(target_metadata),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from chatledger.dsn import ASYNC_DRIVERS
+from chatledger import dialects
 from chatledger.zett import LedgerSessionStorage
 
 from .backends import TARGETS
@@ -24,7 +24,7 @@ async def test_the_store_talks_through_its_targets_driver(
     database: Database, storage: LedgerSessionStorage
 ) -> None:
     target = TARGETS[database.target]
-    assert storage.ledger.engine.dialect.driver == (target.driver or ASYNC_DRIVERS[target.dialect][0])
+    assert storage.ledger.engine.dialect.driver == (target.driver or dialects.rules(target.dialect).driver)
 
 
 @pytest.mark.requires("snapshot_isolation_default")

@@ -23,29 +23,13 @@ import os
 import re
 import shlex
 from pathlib import Path
+from types import ModuleType
 
 from platformdirs import user_data_path
 from sqlalchemy.engine import URL, make_url
 
 #: Environment variable naming the DSN when none is passed.
 DSN_ENV = "CHATLEDGER_DSN"
-
-#: Scheme (backend name) -> the backend chatledger serves it as.
-_BACKENDS = {
-    "postgresql": "postgresql",
-    "postgres": "postgresql",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "sqlite": "sqlite",
-}
-#: Backend -> the async drivers chatledger opens it with; a plain scheme gets the first.
-ASYNC_DRIVERS = {
-    "postgresql": ("asyncpg", "psycopg"),
-    "mysql": ("aiomysql",),
-    "sqlite": ("aiosqlite",),
-}
-#: SQLAlchemy's other names of a driver above.
-_DRIVER_ALIASES = {"psycopg_async": "psycopg"}
 
 #: The password as SQLAlchemy's ``make_url`` splits it off: from the first ``:`` of the
 #: user info to the first ``@``; what follows is taken for the host and the rest.
@@ -96,17 +80,21 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
         raise TypeError(f"dsn must be a string or sqlalchemy URL, not {type(dsn).__name__}")
     url = _parse(dsn) if isinstance(dsn, str) else dsn
     scheme, _, driver = url.drivername.partition("+")
-    if scheme not in _BACKENDS:
-        raise ValueError(f"dsn scheme {scheme!r} is not supported; use postgresql, mysql, mariadb or sqlite")
-    backend = _BACKENDS[scheme]
-    drivers = ASYNC_DRIVERS[backend]
-    driver = _DRIVER_ALIASES.get(driver, driver) or drivers[0]
-    if driver not in drivers:
-        choices = " or ".join(f"{backend}+{name}://" for name in drivers)
+    served = _dialects().registered()
+    known = [backend for backend in served if scheme in backend.schemes]
+    if not known:
+        schemes = list(dict.fromkeys(name for backend in served for name in backend.schemes))
+        choices = f"{', '.join(schemes[:-1])} or {schemes[-1]}"
+        raise ValueError(f"dsn scheme {scheme!r} is not supported; use {choices}")
+    dialect = known[0].name
+    driver = next((backend.driver for backend in known if driver in backend.driver_aliases), driver)
+    chosen = next((backend for backend in known if backend.driver == (driver or known[0].driver)), None)
+    if chosen is None:
+        choices = " or ".join(f"{dialect}+{backend.driver}://" for backend in known)
         raise ValueError(
             f"dsn driver {driver!r} is not supported: chatledger needs an async driver; use {choices}"
         )
-    url = url.set(drivername=f"{backend}+{driver}")
+    url = url.set(drivername=f"{dialect}+{chosen.driver}")
     try:
         port = url.port
     except ValueError:
@@ -119,7 +107,8 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
             value = url.query[key]
             password = value if isinstance(value, str) else value[-1]
             url = url.set(password=password).difference_update_query([key])
-    return _DSN_RULES[backend](url)
+    resolved: URL = chosen.resolve_dsn(url)
+    return resolved
 
 
 def _parse(dsn: str) -> URL:
@@ -149,52 +138,23 @@ def _parse(dsn: str) -> URL:
         raise ValueError("dsn is not a valid database URL") from None
 
 
-def _sqlite(url: URL) -> URL:
-    database = url.database
-    if database in (None, "", ":memory:") or str(database).startswith("file::memory:"):
-        # Every pooled connection would be a database of its own, or (with the one
-        # static connection SQLAlchemy gives it) concurrent calls would share one
-        # transaction; neither keeps what a shared store acknowledges.
-        raise ValueError("dsn names an in-memory SQLite database; give a file: sqlite:///path/to/file.db")
-    return url.set(database=str(Path(database).expanduser()))
-
-
-def _named_database(url: URL) -> None:
-    # Without one the server picks a database of its own (PostgreSQL's named after
-    # the user; none at all on MySQL), not the one the schema was migrated in.
-    if not url.database:
-        backend = url.get_backend_name()
-        raise ValueError(
-            f"dsn names no database; add its name after the host: {backend}://USER@HOST/DATABASE"
-        )
-
-
-def _mysql(url: URL) -> URL:
-    _named_database(url)
-    charset = url.query.get("charset", "utf8mb4")
-    if charset != "utf8mb4":
-        # Any other connection charset mangles ids (stored as bytes) and refuses emoji.
-        raise ValueError(f"dsn charset {charset!r} is not supported; chatledger talks utf8mb4 to MySQL")
-    return url.update_query_dict({"charset": "utf8mb4"})
-
-
-def _postgresql(url: URL) -> URL:
-    _named_database(url)
-    # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values);
-    # psycopg is libpq and takes sslmode itself.
-    if url.get_driver_name() == "asyncpg" and "sslmode" in url.query:
-        url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
-    return url
-
-
-_DSN_RULES = {"sqlite": _sqlite, "mysql": _mysql, "postgresql": _postgresql}
-
-
 def sqlite_file(url: URL) -> Path | None:
     """The SQLite file a URL names, or ``None`` for a server database or ``:memory:``."""
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+    try:
+        server = _dialects().rules(url.get_backend_name()).server
+    except ValueError:
+        return None
+    if server or url.database in (None, "", ":memory:"):
         return None
     return Path(url.database).expanduser()
+
+
+def _dialects() -> ModuleType:
+    """:mod:`chatledger.dialects`, which knows the backends' schemes and drivers; imported
+    on first use, as it imports this module (:func:`display`, :func:`as_argument`)."""
+    from . import dialects
+
+    return dialects
 
 
 def display(url: URL) -> str:

@@ -168,7 +168,7 @@ class Ledger:
             "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
         }
         if self.options.pgbouncer:
-            if self.dialect != "postgresql":
+            if not self.rules.pgbouncer:
                 raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
             engine_options["poolclass"] = NullPool
             engine_options["connect_args"].update(self.rules.pgbouncer_connect_args())

@@ -1,7 +1,9 @@
 """Column types that hide the dialect differences of the one schema.
 
 Every difference between SQLite, PostgreSQL and MySQL/MariaDB that concerns a
-single column lives here, as a ``TypeDecorator`` or a ``with_variant``:
+single column is a type here, a ``TypeDecorator`` or a ``with_variant``; what each
+backend's form of it is, its backend says (:attr:`chatledger.dialects.DialectRules.id_type`,
+``instant_type``, ``binds_time_zone``):
 
 * :class:`Id` -- every identifier column (session, parent, request, raw message,
   checkpoint, rein session and write ids): up to ``length`` characters (default
@@ -22,11 +24,14 @@ single column lives here, as a ``TypeDecorator`` or a ``with_variant``:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, DateTime, Dialect, String, Text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator, TypeEngine
+
+if TYPE_CHECKING:
+    from .dialects import DialectRules
 
 #: Longest id accepted for sessions, requests and parents, in characters.
 MAX_ID_LENGTH = 255
@@ -42,10 +47,14 @@ LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8
 BigInt = BigInteger()
 
 
-class _Utf8Varbinary(mysql.VARBINARY):
-    """``VARBINARY`` bound as a str: MySQL stores the utf8mb4 connection's bytes."""
+def _backend(dialect: Dialect) -> DialectRules | None:
+    """The backend of ``dialect`` (its default driver: the types are the same for every
+    driver), or ``None`` for a dialect chatledger does not serve (generic types)."""
+    from . import dialects  # imported here: the backends' modules import the schema's types
 
-    def bind_processor(self, dialect: Dialect) -> None:
+    try:
+        return dialects.rules(dialect.name)
+    except ValueError:
         return None
 
 
@@ -66,10 +75,10 @@ class Id(TypeDecorator[str]):
         self.length = length
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "mysql":
-            # 4 bytes per character is utf8mb4's worst case.
-            return dialect.type_descriptor(_Utf8Varbinary(4 * self.length))
-        return dialect.type_descriptor(String(self.length))
+        backend = _backend(dialect)
+        return dialect.type_descriptor(
+            String(self.length) if backend is None else backend.id_type(self.length)
+        )
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if isinstance(value, bytes | bytearray):
@@ -88,11 +97,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "mysql":
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(DateTime(timezone=True))
-        return dialect.type_descriptor(DateTime())
+        backend = _backend(dialect)
+        return dialect.type_descriptor(DateTime() if backend is None else backend.instant_type())
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -101,7 +107,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             raise ValueError("naive datetime given; chatledger stores timezone-aware UTC instants")
         value = value.astimezone(UTC)
         # PostgreSQL keeps the zone; MySQL DATETIME and SQLite text store the UTC wall time.
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+        backend = _backend(dialect)
+        return value if backend is not None and backend.binds_time_zone else value.replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:

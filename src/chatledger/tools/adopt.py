@@ -40,11 +40,9 @@ from typing import Any
 
 from sqlalchemy import (
     Column,
-    ColumnElement,
     DateTime,
     Index,
     Table,
-    and_,
     column,
     exists,
     func,
@@ -117,35 +115,6 @@ class AdoptReport:
 
 
 Say = Callable[[str], None]
-
-
-# -- per-dialect rules ----------------------------------------------------------------
-
-
-def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
-    return left == right
-
-
-def _mysql_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
-    # The plain comparison uses the index (under zett's case-folding collation); the
-    # binary one keeps only exact matches, as chatledger's VARBINARY ids will compare.
-    return and_(left == right, func.binary(left) == func.binary(right))
-
-
-@dataclass(frozen=True)
-class _Rules:
-    """What adoption does its own way per backend."""
-
-    #: The whole adoption in one transaction (DDL is transactional).
-    one_transaction: bool
-    #: The changes to one zett table, as steps.
-    convert: Callable[[Connection, TableSurvey, Table], list[Step]]
-    #: Compares two id columns exactly, as chatledger will.
-    equal: Callable[[ColumnElement[Any], ColumnElement[Any]], ColumnElement[bool]]
-    #: Length of a string in characters.
-    length: Callable[[ColumnElement[Any]], ColumnElement[int]]
-    #: Statement run first, inside the transaction, to keep writers out.
-    lock: str | None = None
 
 
 def _quoter(connection: Connection) -> Callable[[str], str]:
@@ -331,18 +300,12 @@ def _convert_sqlite(connection: Connection, current: TableSurvey, target: Table)
     return [Step(_describe(target.name, diff, connection, ["rebuild the table"]), run)]
 
 
-_RULES: dict[str, _Rules] = {
-    "postgresql": _Rules(
-        one_transaction=True,
-        convert=_convert_postgresql,
-        equal=_plain_equal,
-        length=func.length,
-        lock="LOCK TABLE agent_sessions, raw_messages, session_snapshots IN ACCESS EXCLUSIVE MODE",
-    ),
-    "mysql": _Rules(
-        one_transaction=False, convert=_convert_mysql, equal=_mysql_equal, length=func.char_length
-    ),
-    "sqlite": _Rules(one_transaction=True, convert=_convert_sqlite, equal=_plain_equal, length=func.length),
+#: The backends' ways of changing a zett table, by name
+#: (:attr:`chatledger.dialects.DialectRules.adoption`).
+CONVERSIONS: dict[str, Callable[[Connection, TableSurvey, Table], list[Step]]] = {
+    "alter-column": _convert_postgresql,
+    "modify-column": _convert_mysql,
+    "rebuild": _convert_sqlite,
 }
 
 
@@ -362,14 +325,14 @@ def _listed(rows: list[Any], render: Callable[[Any], str]) -> str:
     return shown + (", ..." if len(rows) > SAMPLES else "")
 
 
-def data_problems(connection: Connection, rules: _Rules) -> list[str]:
+def data_problems(connection: Connection, backend: dialects.DialectRules) -> list[str]:
     """Why zett's rows cannot become chatledger's as they are (empty: they can)."""
     problems: list[str] = []
     for name, child in (("raw messages", _r), ("checkpoints", _v)):
         orphans = _sample(
             connection,
             select(child.c.session_id)
-            .where(~exists().where(rules.equal(_s.c.id, child.c.session_id)))
+            .where(~exists().where(backend.adoption_equal(_s.c.id, child.c.session_id)))
             .distinct(),
         )
         if orphans:
@@ -412,7 +375,7 @@ def data_problems(connection: Connection, rules: _Rules) -> list[str]:
         ("raw messages' session ids", _r.c.session_id),
         ("request ids", _r.c.request_id),
     ):
-        long = _sample(connection, select(col).where(rules.length(col) > MAX_ID_LENGTH))
+        long = _sample(connection, select(col).where(backend.char_length(col) > MAX_ID_LENGTH))
         if long:
             problems.append(
                 f"{label} longer than {MAX_ID_LENGTH} characters: "
@@ -504,12 +467,11 @@ def _verify(connection: Connection) -> None:
         raise RuntimeError(f"the adopted schema differs from chatledger's: {found}")
 
 
-def plan(connection: Connection, schema: ZettSchema, rules: _Rules) -> list[Step]:
+def plan(connection: Connection, schema: ZettSchema, backend: dialects.DialectRules) -> list[Step]:
     """Every step of the adoption, in order (a dry run prints their descriptions)."""
     tables = first_revision_tables()
-    steps = [
-        step for name in ZETT_TABLES for step in rules.convert(connection, schema.tables[name], tables[name])
-    ]
+    convert = CONVERSIONS[backend.adoption]
+    steps = [step for name in ZETT_TABLES for step in convert(connection, schema.tables[name], tables[name])]
     steps.append(
         Step(
             "agent_sessions: fill every session's counter row from its messages and checkpoints",
@@ -526,25 +488,25 @@ def plan(connection: Connection, schema: ZettSchema, rules: _Rules) -> list[Step
     return steps
 
 
-def _prepare(connection: Connection, rules: _Rules, report: AdoptReport) -> list[Step]:
+def _prepare(connection: Connection, backend: dialects.DialectRules, report: AdoptReport) -> list[Step]:
     """Check everything (read only) and plan; raise :class:`NotAdoptable` with every reason.
     No steps for a database at a revision chatledger ships (:attr:`AdoptReport.already`)."""
     revision = migrate.current_revision(connection)
     if revision is not None and migrate.is_known(revision):
         report.already, report.revision = True, revision
         return []
-    if rules.lock is not None:
+    if backend.adoption_lock is not None:
         from sqlalchemy import inspect
 
         if all(inspect(connection).has_table(name) for name in ZETT_TABLES):
-            connection.exec_driver_sql(rules.lock)
+            connection.exec_driver_sql(backend.adoption_lock)
     schema = survey(connection)
-    problems = data_problems(connection, rules)
+    problems = data_problems(connection, backend)
     if problems:
         raise NotAdoptable("; ".join(problems))
     report.sessions, report.messages, report.checkpoints = _counts(connection)
     report.resumed = schema.partly_adopted
-    steps = plan(connection, schema, rules)
+    steps = plan(connection, schema, backend)
     report.steps = [step.description for step in steps]
     return steps
 
@@ -576,9 +538,8 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
     path = sqlite_file(url)
     if path is not None and not path.is_file():
         raise NotAdoptable(f"no such file: {path}")
-    backend = url.get_backend_name()
-    rules = _RULES[backend]
-    report = AdoptReport(database=display(url), backend=backend, dry_run=dry_run)
+    backend = dialects.rules(url.get_backend_name(), url.get_driver_name())
+    report = AdoptReport(database=display(url), backend=backend.name, dry_run=dry_run)
     tell: Say = say or (lambda _line: None)
     engine = dialects.create_engine(url, poolclass=NullPool)
     dialects.configure_engine(engine, LedgerOptions(lock_timeout=30.0))
@@ -586,11 +547,11 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
         # A refused connection as the stores word it; a refused step is the adoption's own.
         with dialects.database_errors(url, statements=False):
             async with engine.connect() as conn:
-                conn = await conn.execution_options(**dialects.rules(backend).write)
-                if rules.one_transaction:
+                conn = await conn.execution_options(**backend.write)
+                if backend.transactional_ddl:
 
                     def whole(connection: Connection) -> None:
-                        steps = _prepare(connection, rules, report)
+                        steps = _prepare(connection, backend, report)
                         if dry_run:
                             return
                         for step in steps:
@@ -611,7 +572,7 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
                     return report
 
                 async with conn.begin():
-                    steps = await conn.run_sync(_prepare, rules, report)
+                    steps = await conn.run_sync(_prepare, backend, report)
                 if dry_run or report.already:
                     return report
                 tell(

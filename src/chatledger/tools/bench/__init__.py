@@ -81,6 +81,7 @@ from rich.console import Console
 from sqlalchemy import text
 from sqlalchemy.engine import URL
 
+from ... import dialects
 from ...dsn import display, resolve_dsn
 from ...migrate import upgrade_database
 from ..harness import Store, open_store
@@ -88,7 +89,7 @@ from .load import LoadFloor, measure_agent_loads
 from .measure import Appender, Call, measure_appends, measure_calls, measure_concurrent, measure_transfer
 from .report import markdown, missed_reasons, render, targets
 from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, Sizes, check
-from .workloads import BACKENDS, Floor, Seeder, fresh_databases, store_engine
+from .workloads import Floor, Seeder, fresh_databases, store_engine
 
 #: The contenders of the append measurement, in table order.
 
@@ -119,11 +120,11 @@ async def bench_backend(
 ) -> BackendReport:
     """Every measurement on the server ``admin`` names, in fresh databases."""
     started = time.perf_counter()
-    backend = admin.get_backend_name()
-    rules = BACKENDS[backend]
+    backend = dialects.rules(admin.get_backend_name())
+    variant_name = f"chatledger, {backend.bench_variant[0]}"
 
     def say(message: str) -> None:
-        _say(console, f"{backend}: {message}")
+        _say(console, f"{backend.name}: {message}")
 
     async with fresh_databases(admin) as databases:
         await upgrade_database(databases.ledger)
@@ -131,7 +132,7 @@ async def bench_backend(
         #: Further stores the measurements open, closed at the end.
         opened: list[Store] = []
         floor = Floor(databases.floor)
-        variant = open_store("chatledger", databases.ledger, dict(rules.variant[1]))
+        variant = open_store("chatledger", databases.ledger, dict(backend.bench_variant[1]))
         try:
             stores = {kind: open_store(kind, getattr(databases, "ledger" if kind == "chatledger" else kind))
                       for kind in STORES}  # fmt: skip
@@ -139,14 +140,14 @@ async def bench_backend(
                 await store.count_messages("warm-up")  # zett creates its tables here
             await floor.create_table()
             async with store_engine(stores["chatledger"]).connect() as conn:
-                version = str(await conn.scalar(text(rules.version)))
-            report = BackendReport(backend, display(admin), version)
+                version = str(await conn.scalar(text(backend.server_version)))
+            report = BackendReport(backend.name, display(admin), version)
 
             say(f"appends: {sizes.append_rounds} rounds x {sizes.append_batch} per contender")
             appenders: dict[str, Appender] = {kind: store.append for kind, store in stores.items()}
-            appenders.update({"floor": floor.append, rules.variant_name: variant.append})
+            appenders.update({"floor": floor.append, variant_name: variant.append})
             engines = {kind: store_engine(store) for kind, store in stores.items()}
-            engines.update({"floor": floor.engine, rules.variant_name: store_engine(variant)})
+            engines.update({"floor": floor.engine, variant_name: store_engine(variant)})
             report.append = await measure_appends(appenders, sizes, rng, engines)
 
             if sizes.processes and sizes.process_appends:
@@ -169,7 +170,7 @@ async def bench_backend(
             for seeder in seeders.values():
                 for session_id, count, boundary in load_sessions.values():
                     await seeder.session(session_id, count, boundary, offset_ms=-1)
-                await seeder.analyze(rules.analyze)
+                await seeder.analyze(backend.analyze)
             for kind, store in stores.items():  # the shape loaded is the shape claimed
                 for label, (session_id, _count, boundary) in load_sessions.items():
                     view = await store.load(session_id)
@@ -184,10 +185,10 @@ async def bench_backend(
             }
             opened.append(readers["chatledger"])
             # The load under the variant's setting too (on the servers: the pool's pre-ping).
-            readers[rules.variant_name] = open_store(
-                "chatledger", databases.ledger, {**rules.variant[1], "load_cache_messages": 0}
+            readers[variant_name] = open_store(
+                "chatledger", databases.ledger, {**backend.bench_variant[1], "load_cache_messages": 0}
             )
-            opened.append(readers[rules.variant_name])
+            opened.append(readers[variant_name])
             load_calls: dict[tuple[str, str], Call] = {
                 (kind, label): functools.partial(store.load, session_id)
                 for kind, store in readers.items()
@@ -203,7 +204,7 @@ async def bench_backend(
                 agent_sessions[count] = [f"agent-{count}-{index}" for index in range(sizes.agent_sessions)]
                 for session_id in agent_sessions[count]:
                     await seeders["chatledger"].session(session_id, count, 0, offset_ms=-2)
-            await seeders["chatledger"].analyze(rules.analyze)
+            await seeders["chatledger"].analyze(backend.analyze)
             say(f"agent loads: cold and warm (+{sizes.agent_appends}) against the floor")
             agent = open_store("chatledger", databases.ledger)
             opened.append(agent)
@@ -220,7 +221,7 @@ async def bench_backend(
                 say(f"seeding sessions up to {count}")
                 for seeder in seeders.values():
                     await seeder.many_sessions(seeded, count)
-                    await seeder.analyze(rules.analyze)
+                    await seeder.analyze(backend.analyze)
                 seeded = count
                 for kind, store in stores.items():
                     page = await store.list_sessions(limit=sizes.page)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from rich.table import Table as RichTable
 
+from ... import dialects
 from .load import breakdown
 from .results import CONTENDERS, STORES, AppendStats, BackendReport, BenchReport, Sizes, Verdict
 
@@ -69,11 +70,8 @@ def append_breakdown(append: dict[str, AppendStats]) -> str:
     return "per append, p50s of an instrumented round: " + "; ".join(parts)
 
 
-IMPORT_TARGET_BACKENDS = ("postgresql", "mysql")
-
-
 def _transfer_targets(report: BackendReport) -> list[Verdict]:
-    if report.transfer is None or report.backend not in IMPORT_TARGET_BACKENDS:
+    if report.transfer is None or not dialects.rules(report.backend).server:
         return []
     return [
         Verdict(

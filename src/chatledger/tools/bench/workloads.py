@@ -18,62 +18,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ... import dialects
 from ...engine import Ledger
 from ...schema import raw_messages_table, sessions_table, snapshots_table
 from ..harness import Store, user_message
 from .results import MARK, SEED_CHUNK
 
 #: The contenders of the append measurement, in table order.
-
-# -- per-backend set-up ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Backend:
-    """What the benchmark does its own way per backend (database life cycle, zett's
-    driver, statistics); the stores' own dialect rules stay in :mod:`chatledger.dialects`."""
-
-    #: zett-agent's driver: psycopg on PostgreSQL, as zett's asyncpg path fails.
-    zett_driver: str
-    #: ``CREATE DATABASE`` / ``DROP DATABASE`` templates; ``None`` for SQLite files.
-    create: str | None
-    drop: str | None
-    #: Refreshes the planner statistics of the store tables.
-    analyze: str
-    version: str
-    #: The variant of chatledger's append measured beside its default: a label and
-    #: the store options that make it.
-    variant: tuple[str, dict[str, Any]] = ("pre-ping", {"pool_pre_ping": True})
-
-    @property
-    def variant_name(self) -> str:
-        return f"chatledger, {self.variant[0]}"
-
-
-BACKENDS = {
-    "postgresql": _Backend(
-        "postgresql+psycopg",
-        "CREATE DATABASE {name}",
-        "DROP DATABASE IF EXISTS {name} WITH (FORCE)",
-        "ANALYZE",
-        "SELECT version()",
-    ),
-    "mysql": _Backend(
-        "mysql+aiomysql",
-        "CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
-        "DROP DATABASE IF EXISTS {name}",
-        "ANALYZE TABLE agent_sessions, raw_messages, session_snapshots",
-        "SELECT CONCAT('MySQL-compatible ', version())",
-    ),
-    "sqlite": _Backend(
-        "sqlite+aiosqlite",
-        None,
-        None,
-        "ANALYZE",
-        "SELECT 'SQLite ' || sqlite_version()",
-        ("synchronous=NORMAL", {"sqlite_synchronous": "NORMAL"}),
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -114,14 +65,13 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
     path is a directory (``None`` or empty: the system's temporary directory) where
     a temporary directory of files is made and removed afterwards.
     """
-    backend = admin.get_backend_name()
-    rules = BACKENDS[backend]
-    if rules.create is None or rules.drop is None:
+    backend = dialects.rules(admin.get_backend_name())
+    if backend.create_database is None or backend.drop_database is None:
         root = _sqlite_root(admin)
         try:
             yield Databases(
                 ledger=admin.set(database=str(root / "chatledger.sqlite3")),
-                zett=admin.set(drivername=rules.zett_driver, database=str(root / "zett.sqlite3")),
+                zett=admin.set(drivername=backend.zett_driver, database=str(root / "zett.sqlite3")),
                 floor=admin.set(database=str(root / "floor.sqlite3")),
             )
         finally:
@@ -132,16 +82,16 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
     created: list[str] = []
     try:
         for name in names.values():
-            await _admin(admin, rules.create.format(name=name))
+            await _admin(admin, backend.create_database.format(name=name))
             created.append(name)
         yield Databases(
             ledger=admin.set(database=names["ledger"]),
-            zett=admin.set(drivername=rules.zett_driver, database=names["zett"]),
+            zett=admin.set(drivername=backend.zett_driver, database=names["zett"]),
             floor=admin.set(database=names["floor"]),
         )
     finally:
         for name in created:
-            await _admin(admin, rules.drop.format(name=name))
+            await _admin(admin, backend.drop_database.format(name=name))
 
 
 # -- the stores -----------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""chatledger's backends, one module each, and what they share.
+
+Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond what
+SQLAlchemy hides is a field or hook of one :class:`DialectRules` per backend (and
+per async driver where a dialect has two: PostgreSQL's asyncpg and psycopg), defined
+in that backend's module and looked up by dialect name and driver with :func:`rules`:
+
+- :mod:`.base`: the per-backend object and its registry, :class:`Failure` and
+  :func:`classify`, and the one mapping of a database error to a chatledger error
+  (:func:`database_error`);
+- :mod:`.postgresql` (asyncpg, psycopg; PgBouncer), :mod:`.mysql` (MySQL and
+  MariaDB; Galera), :mod:`.sqlite`;
+- :mod:`.appends`: the statement parts the backends' appends share;
+- :mod:`.engines`: engines from a backend's rules;
+- :mod:`.migrations`: what a migration asks its backend for.
+
+Adding a backend: one module defining its :class:`DialectRules`, and one line below
+registering it; ``tests/test_backend_registry.py`` then lists what it still lacks.
+"""
+
+from __future__ import annotations
+
+from . import mysql, postgresql, sqlite
+from .base import (
+    Appender,
+    CollationReader,
+    Collations,
+    ConnectArgs,
+    DialectRules,
+    DropGuard,
+    Failure,
+    ForeignBegin,
+    ForeignCheck,
+    MigrationTransaction,
+    OfflineScript,
+    ReinSaver,
+    SessionSetup,
+    classify,
+    configuration_error,
+    configuration_hint,
+    configuration_refusals,
+    database_error,
+    database_errors,
+    error_code,
+    missing_table,
+    register,
+    registered,
+    rules,
+)
+from .engines import (
+    FOREIGN_CHECK_OPTIONS,
+    adopt_engine,
+    configure_engine,
+    create_engine,
+    merge_connect_args,
+)
+from .migrations import (
+    MigrationBusy,
+    SchemaLockTimeout,
+    TablesBusy,
+    guard_drops,
+    migration_transaction,
+    offline_script,
+)
+from .mysql import GALERA_SYNC_WAIT_READS, configure_galera
+from .postgresql import SCHEMA_LOCK_KEY
+from .sqlite import SQLITE_WAL_LIMIT, configure_migration_engine, release_cancelled_statements
+
+# The registry: each dialect's default driver first.
+register(postgresql.ASYNCPG, postgresql.PSYCOPG)
+register(mysql.AIOMYSQL)
+register(sqlite.AIOSQLITE)
+
+__all__ = [
+    "FOREIGN_CHECK_OPTIONS",
+    "GALERA_SYNC_WAIT_READS",
+    "SCHEMA_LOCK_KEY",
+    "SQLITE_WAL_LIMIT",
+    "Appender",
+    "CollationReader",
+    "Collations",
+    "ConnectArgs",
+    "DialectRules",
+    "DropGuard",
+    "Failure",
+    "ForeignBegin",
+    "ForeignCheck",
+    "MigrationBusy",
+    "MigrationTransaction",
+    "OfflineScript",
+    "ReinSaver",
+    "SchemaLockTimeout",
+    "SessionSetup",
+    "TablesBusy",
+    "adopt_engine",
+    "classify",
+    "configuration_error",
+    "configuration_hint",
+    "configuration_refusals",
+    "configure_engine",
+    "configure_galera",
+    "configure_migration_engine",
+    "create_engine",
+    "database_error",
+    "database_errors",
+    "error_code",
+    "guard_drops",
+    "merge_connect_args",
+    "migration_transaction",
+    "missing_table",
+    "offline_script",
+    "register",
+    "registered",
+    "release_cancelled_statements",
+    "rules",
+]

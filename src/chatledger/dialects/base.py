@@ -1,0 +1,749 @@
+"""The per-backend object, :class:`DialectRules`, its registry, and what every backend
+shares: the failure taxonomy (:class:`Failure`, :func:`classify`) and the one mapping of
+a database error to a chatledger error (:func:`database_error`).
+
+Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a column
+type is a field or hook of one :class:`DialectRules` per backend, defined in that
+backend's module (:mod:`.postgresql`, :mod:`.mysql`, :mod:`.sqlite`) and looked up by
+SQLAlchemy's dialect name and driver (:func:`rules`): the append (sequence allocation
+and insert), the rein-session upsert, the meaning of each error code (transient and
+safe to retry, a lost connection, a configuration the server refuses, a statement too
+large, a table or column missing from the schema, a read-only or full database; any
+other code is a :class:`chatledger.errors.DatabaseError`: :func:`database_error` maps
+every one), the filter on a list of any length (:attr:`DialectRules.any_of`), the
+isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
+never moves back), the byte order of ids and whether ``LIKE`` is exact (an id
+prefix's match), the schema lock of migrations (online, and in the scripts of
+``--sql``), the table locks of a downgrade that drops tables, and the set-up of every
+new connection (lock timeouts; SQLite's pragmas, explicit transactions and the
+clean-up of a cancelled statement; Galera's causal reads).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, DateTime, String, bindparam
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import TypeEngine
+
+from ..dsn import as_argument, display
+from ..errors import (
+    ChatledgerError,
+    ConfigurationError,
+    ConstraintViolation,
+    DatabaseError,
+    DatabaseUnwritable,
+    SchemaNotReady,
+    StatementTooLarge,
+    StorageUnavailable,
+)
+from ..options import LedgerOptions
+
+logger = logging.getLogger("chatledger")
+
+#: Appends one raw message: allocates the next sequence of its session on the counter
+#: row (creating the session on its first append) and inserts the message with it, in
+#: the caller's transaction. Returns the sequence, or ``None`` (nothing written) when
+#: the stored parent differs from the given one or the session is a tombstone (the
+#: caller reads the row to tell which). Arguments: the connection, the session row's
+#: values, the message row without ``sequence``, and the time now.
+Appender = Callable[[AsyncConnection, dict[str, Any], dict[str, Any], datetime], Awaitable[int | None]]
+
+#: Saves one rein session row (``id``, ``session_json``, ``write_id``, ``created_at``,
+#: ``updated_at``) in one race-free statement and returns its new version: 1 when
+#: inserted, the stored version + 1 when it overwrites a row (a live session or a
+#: tombstone, whose versions the id goes on counting after). With ``only_if_absent``
+#: a live session is left alone and ``None`` is returned; a tombstone counts as absent.
+#: ``updated_at`` becomes the later of the stored and the given instant; ``created_at``
+#: is kept, but on a tombstone, where the save starts the id anew.
+ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | None]]
+
+
+class Failure(enum.Enum):
+    """What a database error means for the transaction that met it."""
+
+    #: Rolled back for a reason a retry can cure: a serialization failure, a deadlock,
+    #: a lock wait past the lock timeout, a busy SQLite file, a stale cached statement.
+    TRANSIENT = "transient"
+    #: The connection was lost, or could not be opened (the server is down, starting,
+    #: shutting down, or out of connection slots). Nothing was committed -- unless it
+    #: happened while the COMMIT was under way, when the outcome is unknown.
+    CONNECTION = "connection"
+    #: The server refused this configuration: no such database, a wrong user or
+    #: password, a missing privilege. Retrying cannot help.
+    CONFIGURATION = "configuration"
+    #: A statement or value larger than the server accepts.
+    TOO_LARGE = "too large"
+    #: A table or column the statement names does not exist: the database's schema
+    #: is not the one the migrations create (older, hand-made, or changed by hand).
+    SCHEMA = "schema"
+    #: The database refuses writes: a read-only server, database, transaction or file.
+    READ_ONLY = "read-only"
+    #: The database is out of space: disk, tablespace or page limit full.
+    FULL = "full"
+    #: A constraint of the schema refused a row (a duplicate key): the DBAPI's
+    #: ``IntegrityError`` class (PEP 249), whatever its code.
+    CONSTRAINT = "constraint"
+    #: Anything else, known or not: a code none of the rules lists.
+    OTHER = "other"
+
+
+#: Set-up statements of a new connection, given the store's options.
+SessionSetup = Callable[[LedgerOptions], tuple[str, ...]]
+#: Driver ``connect()`` arguments, given the store's options.
+ConnectArgs = Callable[[LedgerOptions], dict[str, Any]]
+#: Set-up of a connection of an engine the caller owns, on its first use by a ledger:
+#: applies what keeps to the database file, checks the rest (raising ``ConfigurationError``).
+ForeignCheck = Callable[[Connection], None]
+#: Run at the start of every ledger transaction on a connection of an engine the caller
+#: owns, right after SQLAlchemy began it and the engine's own ``begin`` listeners ran:
+#: checks that the transaction is one (``ConfigurationError`` naming the fix if not)
+#: and, on SQLite, emits the explicit ``BEGIN <mode>``.
+ForeignBegin = Callable[[AsyncConnection], Awaitable[None]]
+
+
+def _no_setup(_options: LedgerOptions) -> tuple[str, ...]:
+    return ()
+
+
+def _no_connect_args(_options: LedgerOptions) -> dict[str, Any]:
+    return {}
+
+
+def _no_pgbouncer_args() -> dict[str, Any]:
+    return {}
+
+
+def _no_check(_conn: Connection) -> None:
+    return None
+
+
+# -- the schema's collations, as the catalog has them (chatledger.drift) ----------------
+
+#: Each column of a table by name, with its character set and collation as the
+#: database has them; ``None`` for none (a non-text column) or the database's
+#: default (a column that names no collation of its own).
+Collations = dict[str, tuple[str | None, str | None]]
+#: Reads :data:`Collations` of a table, on a connection in its transaction.
+CollationReader = Callable[[Connection, str], Collations]
+
+
+def _no_collations(_conn: Connection, _table: str) -> Collations:
+    return {}
+
+
+def _no_table_collation(_conn: Connection, _table: str) -> str | None:
+    return None
+
+
+def sync_connection(conn: AsyncConnection) -> Connection:
+    """The synchronous ``Connection`` under ``conn``: its DBAPI connection and options
+    are read from it without a round trip or a greenlet."""
+    sync = conn.sync_connection
+    if sync is None:  # pragma: no cover - only a closed AsyncConnection has none
+        raise RuntimeError("the connection is closed")
+    return sync
+
+
+AUTOCOMMIT_FIX = (
+    "chatledger runs every call as one transaction, so that a refused or failed write "
+    "leaves nothing behind: create the engine without autocommit (no autocommit=True in "
+    "its connect_args, no isolation_level='AUTOCOMMIT'), or give the store an engine of its own"
+)
+
+
+async def _refuse_autocommit(conn: AsyncConnection) -> None:
+    """A server connection whose driver commits every statement on its own (aiomysql's
+    or psycopg's ``autocommit=True`` connect argument, ``SET autocommit = 1`` on a
+    pooled connection) is refused before the transaction's first statement: its
+    "transaction" would commit statement by statement.
+
+    Read from the driver's state with SQLAlchemy's ``detect_autocommit_setting``,
+    which costs no round trip (aiomysql reads the server status of the last reply), so
+    every transaction is checked, on whichever pooled connection it runs."""
+    dbapi_connection = sync_connection(conn).connection.dbapi_connection
+    if dbapi_connection is not None and conn.dialect.detect_autocommit_setting(dbapi_connection):
+        raise ConfigurationError(
+            f"the engine's connection runs in autocommit mode ({conn.dialect.driver} commits every "
+            f"statement on its own); {AUTOCOMMIT_FIX}"
+        )
+
+
+# -- the schema migrations' hooks ------------------------------------------------------
+
+#: Opens the one transaction a migration runs in, holding the schema lock, on a connection
+#: of an engine set up by :func:`configure_migration_engine`; yields the connection to run
+#: it on. Arguments: the connection and the lock timeout in seconds. Raises
+#: :class:`chatledger.dialects.migrations.SchemaLockTimeout` when the lock is not granted within the timeout.
+MigrationTransaction = Callable[[AsyncConnection, float], AbstractAsyncContextManager[AsyncConnection]]
+
+
+@dataclass(frozen=True)
+class OfflineScript:
+    """A migration rendered as SQL (``--sql``) for the database's own client: opened and
+    closed as :attr:`DialectRules.migration_transaction` runs it online, the schema lock included,
+    so that the script waits for (or stops at) an upgrade running meanwhile."""
+
+    #: How to run the script (``SCRIPT``) so that it stops at the first error.
+    client: str
+    #: What a failure halfway leaves behind, in lines of the script's header.
+    on_failure: tuple[str, ...]
+    #: Statements before the first revision, given the lock timeout in seconds.
+    begin: Callable[[float], tuple[str, ...]]
+    #: Statements after the last revision.
+    end: tuple[str, ...]
+
+
+#: The placeholder of a backend without a ``--sql`` script.
+NO_OFFLINE_SCRIPT = OfflineScript(client="", on_failure=(), begin=lambda _lock_timeout: (), end=())
+
+
+#: Keeps every other session out of the tables a downgrade drops for its ``with`` block,
+#: in which the downgrade counts their rows and drops them: an append whose transaction
+#: is open when the lock is asked for commits first (and is counted), and every later
+#: one waits until the tables are gone (and then fails: it was never acknowledged).
+#: Arguments: the migration's (synchronous) connection, the tables it drops, every
+#: table of chatledger's it may touch meanwhile (the dropped ones among them), and the
+#: lock timeout in seconds. Raises :class:`chatledger.dialects.migrations.TablesBusy`
+#: when the tables are not granted in time. Runs inside
+#: :attr:`DialectRules.migration_transaction`, under the schema lock.
+DropGuard = Callable[[Connection, Sequence[str], Sequence[str], float], AbstractContextManager[None]]
+
+
+def _lacking(hook: str) -> Any:
+    """The placeholder of a hook a backend has not provided: calling it says which."""
+
+    def lacking(*_args: Any, **_kwargs: Any) -> Any:
+        raise NotImplementedError(f"this backend provides no {hook}")
+
+    return lacking
+
+
+#: The metadata of a field every backend must set: its default is a placeholder that
+#: :meth:`DialectRules.lacking` reports.
+_REQUIRED = {"required": True}
+
+
+def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
+    return left == right
+
+
+@dataclass(frozen=True, kw_only=True)
+class DialectRules:
+    """What one backend needs done its own way."""
+
+    #: SQLAlchemy's dialect name (``engine.dialect.name``), the registry's key.
+    name: str
+
+    #: The append: sequence allocation on the counter row and the message insert.
+    append_message: Appender = field(default=_lacking("append_message"), metadata=_REQUIRED)
+    #: The race-free upsert of one rein session row.
+    save_rein_session: ReinSaver = field(default=_lacking("save_rein_session"), metadata=_REQUIRED)
+    #: The greater of its arguments, in one SQL expression (NULL if any is NULL):
+    #: ``GREATEST``, or SQLite's scalar, multi-argument ``max()``.
+    greatest: Callable[..., ColumnElement[Any]] = field(default=_lacking("greatest"), metadata=_REQUIRED)
+    #: Driver error codes of failures that roll the whole transaction back and are
+    #: safe to retry: serialization failures, deadlocks, lock timeouts, busy files.
+    transient_codes: frozenset[str | int] = field(default=frozenset(), metadata=_REQUIRED)
+    #: Whether a listing of live sessions (``deleted_at IS NULL``) names ``deleted_at``
+    #: first in its ORDER BY, so that the planner reads the page straight off the activity
+    #: index ``(deleted_at, updated_at, id)`` without sorting: PostgreSQL does not take
+    #: ``IS NULL`` for an equality when it matches an index's order, and needs it named;
+    #: MariaDB sorts when it is named. (Checked with EXPLAIN in tests/test_explain.py.)
+    order_live_by_tombstone: bool = False
+    #: Driver exception class names (of the DBAPI error or the driver error under it)
+    #: that are transient whatever their code.
+    transient_exceptions: frozenset[str] = frozenset()
+    #: (SQLSTATE, server routine) pairs that are transient: a code the server shares
+    #: with failures that are not, told apart by the routine that raised it (the
+    #: error's ``diag.source_function``, which does not depend on the server's language).
+    transient_routines: frozenset[tuple[str, str]] = frozenset()
+    #: Error codes read from the driver's message when the driver gives none (psycopg's
+    #: failures to connect carry the server's message but no SQLSTATE): the first
+    #: pattern found in the message names the code.
+    message_codes: tuple[tuple[re.Pattern[str], str | int], ...] = ()
+    #: Driver error codes that say the server cannot serve the call right now: it
+    #: refused or dropped the connection, is starting up or shutting down, or has no
+    #: connection slot left. Retried like a lost connection.
+    unavailable_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a configuration the server refuses, each with the hint
+    #: of what to fix; ``{database}`` and ``{user}`` name the DSN's.
+    configuration_hints: dict[str | int, str] = field(default_factory=dict)
+    #: Driver error codes of a statement or value larger than the server accepts.
+    too_large_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a table or column that does not exist: the schema is not
+    #: the one chatledger's migrations create.
+    schema_codes: frozenset[str | int] = frozenset()
+    #: Parts of driver messages that say the same, where the code does not (SQLite
+    #: reports every such error as its generic ``SQLITE_ERROR``).
+    schema_messages: tuple[str, ...] = ()
+    #: Driver error codes of a database that refuses writes (read-only).
+    read_only_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes of a database out of space.
+    full_codes: frozenset[str | int] = frozenset()
+    #: What to do about a read-only database, for :class:`chatledger.errors.DatabaseUnwritable`.
+    read_only_hint: str = (
+        "point the DSN at a writable primary (not a replica or standby), or make the database writable again"
+    )
+    #: What to do about a full database.
+    full_hint: str = "free disk space on the database server, or raise its storage limit"
+    #: How an error code is named in a message ("SQLSTATE", "error", "SQLite result code").
+    code_name: str = "error"
+    #: Driver error codes of a table that does not exist (any more): a migration
+    #: dropped it between the listing of the tables and the read. None on SQLite,
+    #: whose read transaction lists and reads from one snapshot.
+    missing_table_codes: frozenset[str | int] = frozenset()
+    #: Execution options of a snapshot-consistent read transaction: its isolation is
+    #: stated here, never inherited from the server's default.
+    snapshot_read: dict[str, Any] = field(default_factory=dict)
+    #: Execution options of a write transaction.
+    write: dict[str, Any] = field(default_factory=dict)
+    #: ``create_async_engine`` options of this backend.
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    #: Driver ``connect()`` arguments from the store's options (sent with the login).
+    connect_args: ConnectArgs = _no_connect_args
+    #: Statements run once on every new connection, from the store's options.
+    session_setup: SessionSetup = _no_setup
+    #: Transactions begin with an explicit ``BEGIN <mode>`` from the ``begin`` event
+    #: (on an engine the caller owns: from :attr:`foreign_begin`), the mode taken from
+    #: the ``chatledger_sqlite_begin`` execution option (SQLite).
+    explicit_begin: bool = False
+    #: Largest statement the server takes, in bytes, when no query says otherwise:
+    #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
+    statement_limit: int = 1_000_000_000
+    #: Query reading the server's own limit (MySQL's ``max_allowed_packet``).
+    statement_limit_query: str | None = None
+    #: A server behind a socket, with a sized pool (a SQLite file has none).
+    server: bool = True
+    #: The async driver these rules are for (SQLAlchemy's driver name).
+    driver: str = field(default="", metadata=_REQUIRED)
+    #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
+    driver_extra: str = ""
+    #: Driver ``connect()`` arguments behind PgBouncer's transaction pooling.
+    pgbouncer_connect_args: Callable[[], dict[str, Any]] = _no_pgbouncer_args
+    #: Set-up and checks of a connection of an engine the caller owns (``engine=``).
+    check_foreign: ForeignCheck = _no_check
+    #: The start of every ledger transaction on an engine the caller owns.
+    foreign_begin: ForeignBegin = _refuse_autocommit
+    #: The collation under which ``<`` and ``>=`` order ids by their bytes (UTF-8: by
+    #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
+    #: PostgreSQL's ``C`` (a database's default may be a language's, under which
+    #: ``TMP-keep`` sorts between ``tmp-`` and ``tmp.``; the primary key serves the
+    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default,
+    #: which the primary key uses); ``None`` where the id type orders by bytes itself
+    #: (MySQL's ``VARBINARY``).
+    byte_order_collation: str | None = None
+    #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
+    #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads
+    #: spaces). SQLite's ``LIKE`` folds ASCII case: there a prefix is checked with
+    #: ``substr`` and ``=`` (:func:`chatledger.selection.id_prefix`).
+    literal_like: bool = True
+    #: Each column's character set and collation in a table (:data:`Collations`), for
+    #: the schema drift check (:mod:`chatledger.drift`): ``information_schema`` on
+    #: MySQL/MariaDB, ``pg_attribute`` on PostgreSQL, the ``CREATE TABLE`` on SQLite.
+    column_collations: CollationReader = _no_collations
+    #: A table's default collation, which its columns without one of their own take
+    #: (MySQL/MariaDB); ``None`` where a table has none.
+    table_collation: Callable[[Connection, str], str | None] = _no_table_collation
+    #: The collation a schema fix names to give a column the database's default
+    #: (PostgreSQL's ``"default"``); ``None``: a type without ``COLLATE`` does.
+    default_collation: str | None = None
+    #: ``ALTER TABLE`` cannot change a column or a constraint: a schema fix rebuilds the
+    #: table, copying its rows (SQLite; Alembic's batch mode).
+    rebuilds_tables: bool = False
+
+    # -- naming and DSNs (chatledger.dsn) --
+    #: The backend's name in messages and script headers ("PostgreSQL", "MySQL/MariaDB").
+    display_name: str = field(default="", metadata=_REQUIRED)
+    #: The DSN schemes (SQLAlchemy backend names) served as this dialect; a plain one
+    #: (no ``+driver``) opens the dialect's default driver.
+    schemes: tuple[str, ...] = field(default=(), metadata=_REQUIRED)
+    #: SQLAlchemy's other names of this backend's driver (``postgresql+psycopg_async``).
+    driver_aliases: tuple[str, ...] = ()
+    #: The checks and rewrites of a DSN of this backend, after its scheme and driver are
+    #: settled (:func:`chatledger.dsn.resolve_dsn`): the URL to open; ``ValueError``
+    #: naming what is wrong.
+    resolve_dsn: Callable[[URL], URL] = field(default=_lacking("resolve_dsn"), metadata=_REQUIRED)
+
+    # -- schema migrations (chatledger.migrate, chatledger.offline) --
+    #: The transaction a migration runs in, holding the schema lock.
+    migration_transaction: MigrationTransaction = field(
+        default=_lacking("migration_transaction"), metadata=_REQUIRED
+    )
+    #: How its ``--sql`` script opens and closes.
+    offline_script: OfflineScript = field(default=NO_OFFLINE_SCRIPT, metadata=_REQUIRED)
+    #: How a downgrade keeps writers out of the tables it drops.
+    drop_guard: DropGuard = field(default=_lacking("drop_guard"), metadata=_REQUIRED)
+
+    # -- column types (chatledger.types) --
+    #: The type of an id column of ``length`` characters, compared byte for byte.
+    id_type: Callable[[int], TypeEngine[Any]] = String
+    #: The type of a UTC instant with microseconds.
+    instant_type: Callable[[], TypeEngine[Any]] = DateTime
+    #: Whether an instant is bound with its time zone (PostgreSQL's ``timestamptz``);
+    #: else as its UTC wall time.
+    binds_time_zone: bool = False
+
+    #: Whether a store may run behind PgBouncer's transaction pooling (``pgbouncer=True``;
+    #: the driver's arguments for it: :attr:`pgbouncer_connect_args`).
+    pgbouncer: bool = False
+    #: Whether Galera clusters may serve it: every new connection detects Galera and
+    #: turns on causal reads (:func:`chatledger.dialects.mysql.configure_galera`).
+    galera: bool = False
+    #: Whether a statement a cancellation interrupted is reset before its connection
+    #: closes (:func:`chatledger.dialects.sqlite.release_cancelled_statements`).
+    resets_cancelled_statements: bool = False
+
+    # -- adopting zett-agent's own tables (chatledger.tools.adopt) --
+    #: Whether DDL is transactional, so that the whole adoption is one transaction.
+    transactional_ddl: bool = False
+    #: How the adoption changes a zett table, by the name of one of adopt's converters
+    #: (``"alter-column"``, ``"modify-column"``, ``"rebuild"``).
+    adoption: str = field(default="", metadata=_REQUIRED)
+    #: Compares two of zett's id columns exactly, as chatledger will.
+    adoption_equal: Callable[[ColumnElement[Any], ColumnElement[Any]], ColumnElement[bool]] = _plain_equal
+    #: The length of a string in characters.
+    char_length: Callable[[ColumnElement[Any]], ColumnElement[int]] = field(
+        default=_lacking("char_length"), metadata=_REQUIRED
+    )
+    #: Statement run first in the adoption's transaction, to keep writers out.
+    adoption_lock: str | None = None
+
+    # -- the benchmark (chatledger.tools.bench) --
+    #: The DSN driver zett-agent's own store is measured with.
+    zett_driver: str = field(default="", metadata=_REQUIRED)
+    #: ``CREATE DATABASE`` / ``DROP DATABASE`` templates (``{name}``); ``None`` where a
+    #: database is a file.
+    create_database: str | None = field(default="", metadata=_REQUIRED)
+    drop_database: str | None = field(default="", metadata=_REQUIRED)
+    #: Refreshes the planner statistics of the store tables.
+    analyze: str = field(default="", metadata=_REQUIRED)
+    #: Query of the server's name and version.
+    server_version: str = field(default="", metadata=_REQUIRED)
+    #: The variant of chatledger's append measured beside its default: a label and the
+    #: store options that make it.
+    bench_variant: tuple[str, dict[str, Any]] = ("pre-ping", {"pool_pre_ping": True})
+
+    #: ``column IN values`` for a list of integers of any length, without one bound
+    #: parameter per value (servers and drivers cap those: asyncpg at 32,767, SQLite
+    #: at 32,766): see :func:`_any_of_array` and its siblings.
+    any_of: Callable[[ColumnElement[int], Sequence[int]], ColumnElement[bool]] = field(
+        default=lambda column, values: column.in_(values)
+    )
+
+    def lacking(self) -> list[str]:
+        """The hooks and fields a backend must provide and this one has not (still at
+        their placeholders), in the order they are declared."""
+        return [
+            known.name
+            for known in fields(self)
+            if known.metadata.get("required") and getattr(self, known.name) == known.default
+        ]
+
+    def latest(self, stored: ColumnElement[datetime], now: datetime) -> ColumnElement[datetime]:
+        """The later of a stored instant and ``now``, computed in the statement: what an
+        ``updated_at`` is set to, so that it never moves back, whatever the writer's
+        clock says or however long its retries took."""
+        return self.greatest(stored, bindparam(None, now, type_=stored.type), type_=stored.type)
+
+
+DATABASE_HINT = (
+    'the database {database} does not exist: create it (README, "Deploying: migrations") '
+    "or correct its name in the DSN"
+)
+LOGIN_HINT = "the server refused the login: check the user/password in the DSN (user {user})"
+
+
+def require_database(url: URL) -> None:
+    """``ValueError`` for a server DSN that names no database."""
+    # Without one the server picks a database of its own (PostgreSQL's named after
+    # the user; none at all on MySQL), not the one the schema was migrated in.
+    if not url.database:
+        backend = url.get_backend_name()
+        raise ValueError(
+            f"dsn names no database; add its name after the host: {backend}://USER@HOST/DATABASE"
+        )
+
+
+#: The registry: SQLAlchemy's dialect name -> the backends serving it, one per async
+#: driver, the dialect's default driver first (what a plain ``postgresql://`` opens).
+_REGISTRY: dict[str, list[DialectRules]] = {}
+
+
+def register(*backends: DialectRules) -> None:
+    """Add backends to the registry, in order: the first of a dialect is its default
+    driver. ``ValueError`` for a (dialect, driver) registered already."""
+    for added in backends:
+        same = _REGISTRY.setdefault(added.name, [])
+        if any(known.driver == added.driver for known in same):
+            raise ValueError(f"backend {added.name}+{added.driver} is registered already")
+        same.append(added)
+
+
+def registered() -> tuple[DialectRules, ...]:
+    """Every registered backend, each dialect's default driver first."""
+    return tuple(known for same in _REGISTRY.values() for known in same)
+
+
+def rules(dialect_name: str, driver: str | None = None) -> DialectRules:
+    """The rules of a dialect and one of its async drivers (``None``: the dialect's
+    default driver); ``ValueError`` for a backend or driver chatledger does not serve."""
+    try:
+        same = _REGISTRY[dialect_name]
+    except KeyError:
+        raise ValueError(f"dialect {dialect_name!r} is not supported") from None
+    if driver is None:
+        return same[0]
+    for found in same:
+        if found.driver == driver:
+            return found
+    raise ValueError(f"driver {driver!r} of {dialect_name} is not supported")
+
+
+def _rules_of(dialect: str | DialectRules) -> DialectRules:
+    return dialect if isinstance(dialect, DialectRules) else rules(dialect)
+
+
+def error_code(error: DBAPIError, found: DialectRules | None = None) -> str | int | None:
+    """The driver's error code of a wrapped DBAPI error: the primary result code on
+    SQLite, the server error number on MySQL (PyMySQL also sets a SQLSTATE, which is
+    coarser, so the number comes first), SQLSTATE on PostgreSQL; else the code the
+    message stands for by ``found.message_codes``."""
+    orig = error.orig
+    sqlite_code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(sqlite_code, int):
+        return sqlite_code & 0xFF
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0]
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
+    if sqlstate:
+        return str(sqlstate)
+    if isinstance(orig, Exception) and "database is locked" in str(orig):
+        return 5
+    if found is not None and found.message_codes and isinstance(orig, Exception):
+        message = str(orig)
+        for pattern, code in found.message_codes:
+            if pattern.search(message):
+                return code
+    return None
+
+
+def _class_names(error: BaseException | None) -> set[str]:
+    """The class names of ``error`` and of the errors it was raised from (the
+    driver's own error under SQLAlchemy's adapted DBAPI one)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        names.update(kind.__name__ for kind in type(error).__mro__)
+        error = error.__cause__
+    return names
+
+
+def _server_routine(orig: BaseException | None) -> str | None:
+    """The server routine that raised a PostgreSQL error (the error field "R"), as
+    psycopg reports it (``diag.source_function``)."""
+    routine = getattr(getattr(orig, "diag", None), "source_function", None)
+    return routine if isinstance(routine, str) else None
+
+
+def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
+    """What ``error`` means: see :class:`Failure`. The codes are the rules' of the
+    dialect (a name: its default driver's) or of the driver given."""
+    found = _rules_of(dialect)
+    code = error_code(error, found)
+    if code in found.too_large_codes:
+        return Failure.TOO_LARGE
+    if code in found.configuration_hints:
+        return Failure.CONFIGURATION
+    if code in found.schema_codes or any(part in str(error.orig) for part in found.schema_messages):
+        return Failure.SCHEMA
+    if (
+        code in found.transient_codes
+        or found.transient_exceptions & _class_names(error.orig)
+        or (found.transient_routines and (code, _server_routine(error.orig)) in found.transient_routines)
+    ):
+        return Failure.TRANSIENT
+    if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
+        return Failure.CONNECTION
+    if code in found.read_only_codes:
+        return Failure.READ_ONLY
+    if code in found.full_codes:
+        return Failure.FULL
+    if isinstance(error, IntegrityError):
+        return Failure.CONSTRAINT
+    return Failure.OTHER
+
+
+def missing_table(dialect: str | DialectRules, error: DBAPIError) -> bool:
+    """Whether ``error`` is of a table that does not exist (any more)."""
+    found = _rules_of(dialect)
+    return error_code(error, found) in found.missing_table_codes
+
+
+def configuration_hint(dialect: str | DialectRules, error: DBAPIError, url: URL) -> str:
+    """What to fix for a :attr:`Failure.CONFIGURATION` error, naming the DSN's database
+    and user."""
+    found = _rules_of(dialect)
+    template = found.configuration_hints.get(error_code(error, found) or "", "check the DSN")
+    return template.format(database=url.database or "?", user=url.username or "?")
+
+
+def configuration_error(dialect: str | DialectRules, error: DBAPIError, url: URL) -> ConfigurationError:
+    """The one wording of a :attr:`Failure.CONFIGURATION` error, from the stores and the
+    schema commands alike: the database (password masked), what to fix
+    (:func:`configuration_hint`), and the server's own words."""
+    return ConfigurationError(
+        f"{display(url)}: {configuration_hint(dialect, error, url)}. The server said: {error.orig}"
+    )
+
+
+def _server_words(error: BaseException) -> str:
+    """The driver's (the server's) own message of ``error``, on one line, without
+    SQLAlchemy's statement and help link."""
+    orig = getattr(error, "orig", None)
+    words = str(orig if orig is not None else error) or type(orig or error).__name__
+    if orig is None:  # SQLAlchemy's own message: its first line, without the help link
+        words = words.split("\n")[0]
+    return " ".join(words.split())
+
+
+def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL) -> ChatledgerError:
+    """The chatledger error of any SQLAlchemy error ``error`` met on the database at
+    ``url`` (raise it ``from error``): the one total mapping from a database's refusal
+    to what the caller sees, for every path that does not retry (the importer, the
+    schema commands, the CLI). :class:`chatledger.engine.Ledger` retries the transient
+    ones first and then uses this mapping for the rest.
+
+    By :func:`classify`:
+
+    - ``TRANSIENT``, ``CONNECTION``; a pool timeout: :class:`StorageUnavailable`
+      (nothing committed, unless a COMMIT was under way: try again);
+    - ``CONFIGURATION``: :func:`configuration_error`;
+    - ``TOO_LARGE``: :class:`StatementTooLarge` (a ``ValueError``);
+    - ``SCHEMA``: :class:`SchemaNotReady`, naming ``chatledger check``;
+    - ``READ_ONLY``, ``FULL``: :class:`DatabaseUnwritable`, with what to do;
+    - ``CONSTRAINT``: :class:`ConstraintViolation`;
+    - ``OTHER``, and SQLAlchemy's own errors without a driver error
+      (``ResourceClosedError``, ``InvalidRequestError``...): :class:`DatabaseError`.
+
+    Every :class:`DatabaseError` carries the code (SQLSTATE, MySQL error number,
+    SQLite result code; ``None`` if there is none) and the driver's message.
+    """
+    found = _rules_of(dialect)
+    where = display(url)
+    if isinstance(error, PoolTimeout):
+        return StorageUnavailable(f"no connection to {where} became free: {_server_words(error)}")
+    if not isinstance(error, DBAPIError):
+        words = _server_words(error)
+        return DatabaseError(
+            f"{where}: the call failed in SQLAlchemy ({type(error).__name__}): {words}",
+            server_message=words,
+        )
+    code = error_code(error, found)
+    words = _server_words(error)
+    failure = classify(found, error)
+    said = f"{found.code_name} {code}: {words}" if code is not None else f"{type(error).__name__}: {words}"
+    if failure is Failure.CONFIGURATION:
+        return configuration_error(found, error, url)
+    if failure in (Failure.TRANSIENT, Failure.CONNECTION):
+        return StorageUnavailable(
+            f"{where} could not complete the call (it was rolled back, or the connection was lost); "
+            f"try again. The server said ({said})"
+        )
+    if failure is Failure.TOO_LARGE:
+        return StatementTooLarge(
+            f"{where} refused the statement as too large; nothing was written ({said})",
+            code=code,
+            server_message=words,
+        )
+    if failure is Failure.SCHEMA:
+        return SchemaNotReady(
+            f"database {where} lacks a table or column this chatledger uses (an older, hand-made "
+            f"or hand-changed schema); run `chatledger check --dsn {as_argument(url)}` to see where it "
+            "stands, then `chatledger upgrade` with the schema owner's DSN. The server said "
+            f"({said})"
+        )
+    if failure in (Failure.READ_ONLY, Failure.FULL):
+        reason = failure.value
+        hint = found.read_only_hint if failure is Failure.READ_ONLY else found.full_hint
+        return DatabaseUnwritable(
+            f"database {where} is {reason}; nothing was written: {hint}. The server said ({said})",
+            reason=reason,
+            code=code,
+            server_message=words,
+        )
+    if failure is Failure.CONSTRAINT:
+        return ConstraintViolation(
+            f"database {where} refused a row that breaks a constraint of the schema, which "
+            f"chatledger's own writes keep (rows written outside chatledger?); nothing was "
+            f"written. The server said ({said})",
+            code=code,
+            server_message=words,
+        )
+    return DatabaseError(
+        f"database {where} refused the call ({said}); nothing was written", code=code, server_message=words
+    )
+
+
+@contextmanager
+def database_errors(url: URL, *, statements: bool = True) -> Iterator[None]:
+    """Raise every SQLAlchemy error of the block as :func:`database_error` maps it, from
+    the error (for calls that run no retry loop: the schema commands).
+
+    ``statements=False`` (a schema change: a migration, an adoption): a statement
+    refused for a missing privilege, table or column is a :class:`DatabaseError`, the
+    change's own failure, rather than a :class:`ConfigurationError` naming the runtime
+    role's grants or a :class:`SchemaNotReady` naming ``chatledger upgrade``, which
+    would not cure it; refusals of the connection itself stay configuration.
+    """
+    try:
+        yield
+    except SQLAlchemyError as error:
+        found = rules(url.get_backend_name(), url.get_driver_name())
+        if (
+            not statements
+            and isinstance(error, DBAPIError)
+            and error.statement is not None
+            and classify(found, error) in (Failure.CONFIGURATION, Failure.SCHEMA)
+        ):
+            code = error_code(error, found)
+            words = _server_words(error)
+            raise DatabaseError(
+                f"database {display(url)} refused a statement of the schema change "
+                f"({found.code_name} {code}: {words})",
+                code=code,
+                server_message=words,
+            ) from error
+        raise database_error(found, error, url) from error
+
+
+@contextmanager
+def configuration_refusals(url: URL, *, statements: bool = True) -> Iterator[None]:
+    """Raise a configuration the server refuses inside the block (no such database, a
+    refused login, a missing privilege) as :func:`configuration_error` does; other
+    errors pass unchanged.
+
+    ``statements=False`` takes only refusals of the connection itself (raised before any
+    statement ran): a migration's statement refused for a privilege is the migration's
+    own failure, which the runtime role's grants would not cure.
+    """
+    try:
+        yield
+    except DBAPIError as error:
+        found = rules(url.get_backend_name(), url.get_driver_name())
+        if (statements or error.statement is None) and classify(found, error) is Failure.CONFIGURATION:
+            raise configuration_error(found, error, url) from error
+        raise

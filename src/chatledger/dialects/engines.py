@@ -1,0 +1,142 @@
+"""Engines from a backend's rules: creating one (a missing driver named as its extra),
+the set-up of every new connection, the driver's ``connect()`` arguments, and adopting
+an engine the caller made (``engine=``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ..errors import missing_extra
+from ..options import LedgerOptions
+from .base import DialectRules, rules
+from .sqlite import release_cancelled_statements
+
+
+def merge_connect_args(ours: dict[str, Any], *given: Mapping[str, Any]) -> dict[str, Any]:
+    """The driver's ``connect()`` arguments: ``ours`` (from the rules), then each of
+    ``given`` (the DSN's query, the caller's ``connect_args``) over them, one by one.
+
+    Two are merged rather than replaced, so that the caller's settings win without
+    losing ours: asyncpg's ``server_settings`` (a dict) and libpq's ``options`` (a
+    string of ``-c name=value``; PostgreSQL takes the last of a name)."""
+    merged = dict(ours)
+    for arguments in given:
+        for name, value in arguments.items():
+            if name == "server_settings" and isinstance(value, Mapping):
+                value = {**merged.get(name, {}), **value}
+            elif name == "options" and isinstance(value, str) and name in merged:
+                value = f"{merged[name]} {value}"
+            merged[name] = value
+    return merged
+
+
+def create_engine(url: URL, **options: Any) -> AsyncEngine:
+    """SQLAlchemy's ``create_async_engine``, with a missing driver reported as the extra
+    that installs it.
+
+    Raises:
+        ImportError: the URL's driver is not installed; the message gives the
+            ``pip install 'chatledger[...]'`` line.
+        ValueError: a dialect or driver chatledger does not serve.
+    """
+    found = rules(url.get_backend_name(), url.get_driver_name())
+    try:
+        return create_async_engine(url, **options)
+    except ImportError as error:  # also psycopg without its binary or C part
+        raise ImportError(missing_extra(f"the {found.driver} driver", found.driver_extra)) from error
+
+
+def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
+    """Per-connection set-up from the dialect's rules: the set-up statements of every
+    new connection (SQLite's WAL, its size limit, busy timeout and synchronous pragmas;
+    MySQL's lock wait timeout), and on SQLite explicit transactions.
+
+    SQLite: sqlite3's own transaction handling is switched off
+    (``isolation_level = None``) and every transaction begins with an explicit
+    ``BEGIN`` from the ``begin`` event: ``BEGIN IMMEDIATE`` for a write, so it holds
+    the write lock before its first statement, and a deferred ``BEGIN`` for a read,
+    whose snapshot starts with its first statement (WAL mode: it blocks no writer).
+    The mode comes from the ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE``
+    when none is given. SQLAlchemy's pysqlite / aiosqlite documentation,
+    "Serializable isolation / Savepoints / Transactional DDL"."""
+    found = rules(engine.dialect.name, engine.dialect.driver)
+    statements = found.session_setup(options)
+    explicit_begin = found.explicit_begin
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        if explicit_begin:
+            dbapi_connection.isolation_level = None
+        if not statements:
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            for statement in statements:
+                cursor.execute(statement)
+        finally:
+            cursor.close()
+
+    if explicit_begin:
+        _begin_explicitly(engine)
+
+
+def _begin_explicitly(engine: AsyncEngine) -> None:
+    """Every transaction of ``engine`` begins with ``BEGIN <chatledger_sqlite_begin>``
+    (``IMMEDIATE`` when the option is not given; none when it is ``None``)."""
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
+        if mode:
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+#: Execution options of the transaction :attr:`DialectRules.check_foreign` runs in:
+#: on SQLite none is begun, so that a pragma may change the journal mode.
+FOREIGN_CHECK_OPTIONS: dict[str, Any] = {"chatledger_sqlite_begin": None}
+
+
+def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
+    """A ledger's view of an engine its caller made and owns (the ``engine=`` option)
+    and the rules of its dialect and driver.
+
+    The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
+    that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
+    apply to the ledger's transactions only, never to the caller's own. Per-connection
+    settings are the engine's (chatledger does not change connections the caller also
+    uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
+    ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
+    SQLite's ``synchronous``, Galera's ``wsrep_sync_wait``, pooling. What a ledger
+    needs of them is set or checked on first use by :attr:`DialectRules.check_foreign`,
+    and at the start of each of its transactions by :attr:`DialectRules.foreign_begin`
+    (no autocommit; SQLite's explicit ``BEGIN IMMEDIATE`` / ``BEGIN DEFERRED``, emitted
+    after the engine's own ``begin`` listeners), which the ledger runs.
+
+    Raises:
+        TypeError: ``engine`` is not an ``AsyncEngine``.
+        ValueError: a dialect or driver chatledger does not serve, or an engine in
+            ``AUTOCOMMIT`` (the ledger's transactions would not be transactions).
+    """
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"engine must be a sqlalchemy AsyncEngine (create_async_engine), not {type(engine).__name__}"
+        )
+    found = rules(engine.dialect.name, engine.dialect.driver)
+    # create_async_engine(isolation_level=...) is kept where SQLAlchemy's own Connection
+    # looks it up (Connection._is_autocommit_isolation), execution_options() in the options.
+    isolation = engine.get_execution_options().get("isolation_level") or getattr(
+        engine.dialect, "_on_connect_isolation_level", None
+    )
+    if isolation == "AUTOCOMMIT":
+        raise ValueError(
+            "engine runs in AUTOCOMMIT; chatledger runs every call in one transaction: "
+            "pass an engine without isolation_level='AUTOCOMMIT'"
+        )
+    view = engine.execution_options()
+    release_cancelled_statements(view)
+    return view, found

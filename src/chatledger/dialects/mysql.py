@@ -1,0 +1,431 @@
+"""MySQL and MariaDB (aiomysql), Galera clusters included."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import (
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Dialect,
+    and_,
+    event,
+    func,
+    text,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ..errors import ConfigurationError
+from ..options import LedgerOptions
+from ..schema import rein_sessions_table, sessions_table
+from .appends import MESSAGE_INSERT, append_params, field_updates, session_row
+from .base import DATABASE_HINT, LOGIN_HINT, Collations, DialectRules, OfflineScript, require_database, rules
+from .migrations import SchemaLockTimeout, lock_tables, migration_busy
+
+
+def _mysql_counter() -> Any:
+    """MySQL: ``INSERT .. ON DUPLICATE KEY UPDATE`` on the counter row, the new sequence
+    handed back through ``LAST_INSERT_ID(expr)`` (0 on a parent mismatch or a tombstone).
+
+    A refused append leaves ``updated_at`` and the given fields changed too: the caller
+    raises, which rolls the transaction back. The assignments run in list order
+    (:func:`field_updates`)."""
+    table = sessions_table
+    statement = session_row(mysql.insert, last_sequence=func.last_insert_id(1))
+    return statement.on_duplicate_key_update(
+        [
+            *field_updates(statement.inserted),
+            (
+                "last_sequence",
+                func.if_(
+                    table.c.parent_session_id.is_not_distinct_from(statement.inserted.parent_session_id)
+                    & table.c.deleted_at.is_(None),
+                    func.last_insert_id(table.c.last_sequence + 1),
+                    table.c.last_sequence + func.last_insert_id(0),
+                ),
+            ),
+            ("updated_at", func.greatest(table.c.updated_at, statement.inserted.updated_at)),
+        ]
+    )
+
+
+_MYSQL_COUNTER = _mysql_counter()
+
+
+async def _append_mysql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``
+    on the counter row, then the insert.
+
+    ``LAST_INSERT_ID(expr)`` hands the new counter value back in the OK packet, so
+    the allocation costs one round trip. On a parent mismatch or a tombstone the
+    counter is left as it is and ``LAST_INSERT_ID(0)`` reports 0, which no real
+    sequence is.
+    """
+    params = append_params(values, row, now)
+    sequence = (await conn.execute(_MYSQL_COUNTER, params)).lastrowid
+    if not sequence:
+        return None
+    await conn.execute(MESSAGE_INSERT, {**params, "sequence": sequence})
+    return int(sequence)
+
+
+async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
+    """MySQL/MariaDB: ``INSERT .. ON DUPLICATE KEY UPDATE`` with ``LAST_INSERT_ID(expr)``,
+    as :func:`_append_mysql` does: the new version comes back in the OK
+    packet, and 0 (no real version) reports a row left alone.
+
+    MySQL runs the assignments left to right, each seeing the ones before it, so
+    ``session_json``, which says whether the stored row is a tombstone, is assigned last.
+    """
+    table = rein_sessions_table
+    statement = mysql.insert(table).values({**values, "version": func.last_insert_id(1)})
+    new = statement.inserted
+    tombstone = table.c.session_json.is_(None)
+
+    def written(value: Any, stored: Any) -> Any:
+        return func.if_(tombstone, value, stored) if only_if_absent else value
+
+    version = (
+        func.if_(
+            tombstone, func.last_insert_id(table.c.version + 1), table.c.version + func.last_insert_id(0)
+        )
+        if only_if_absent
+        else func.last_insert_id(table.c.version + 1)
+    )
+    statement = statement.on_duplicate_key_update(
+        [
+            ("created_at", func.if_(tombstone, new.created_at, table.c.created_at)),
+            ("write_id", written(new.write_id, table.c.write_id)),
+            ("updated_at", written(func.greatest(table.c.updated_at, new.updated_at), table.c.updated_at)),
+            ("version", version),
+            ("session_json", written(new.session_json, table.c.session_json)),
+        ]
+    )
+    saved = (await conn.execute(statement)).lastrowid
+    return int(saved) if saved else None
+
+
+def _column_collations_mysql(conn: Connection, table: str) -> Collations:
+    rows = conn.execute(
+        text(
+            "SELECT column_name, character_set_name, collation_name FROM information_schema.columns "
+            "WHERE table_schema = DATABASE() AND table_name = :name"
+        ),
+        {"name": table},
+    )
+    return {str(column): (charset, collation) for column, charset, collation in rows}
+
+
+def _table_collation_mysql(conn: Connection, table: str) -> str | None:
+    found = conn.execute(
+        text(
+            "SELECT table_collation FROM information_schema.tables "
+            "WHERE table_schema = DATABASE() AND table_name = :name"
+        ),
+        {"name": table},
+    ).scalar()
+    return None if found is None else str(found)
+
+
+def _any_of_literals(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
+    """MySQL/MariaDB: ``column IN (1, 2, …)``; aiomysql renders the values into the
+    statement text itself (no server-side parameters, so no parameter limit), bounded
+    by ``max_allowed_packet`` only, which a list of integers meets first at millions."""
+    return column.in_(values)
+
+
+def _mysql_session_setup(options: LedgerOptions) -> tuple[str, ...]:
+    # innodb_lock_wait_timeout takes whole seconds, at least 1.
+    return (f"SET SESSION innodb_lock_wait_timeout = {max(1, math.ceil(options.lock_timeout))}",)
+
+
+def _check_foreign_mysql(conn: Connection) -> None:
+    """An engine the caller made: its connections must talk utf8mb4 and read at
+    REPEATABLE READ, as the ones chatledger makes do (see the rules below)."""
+    charsets = conn.exec_driver_sql(
+        "SELECT @@character_set_client, @@character_set_connection, @@character_set_results"
+    ).one()
+    if any(charset != "utf8mb4" for charset in charsets):
+        raise ConfigurationError(
+            f"the engine's connections use the character sets {', '.join(map(str, charsets))}; chatledger "
+            "talks utf8mb4 to MySQL: create the engine from a URL with ?charset=utf8mb4"
+        )
+    level = conn.get_isolation_level()
+    if level != "REPEATABLE READ":
+        raise ConfigurationError(
+            f"the engine's connections run at {level}; chatledger's transactions on MySQL/MariaDB "
+            "need REPEATABLE READ: create the engine with isolation_level='REPEATABLE READ'"
+        )
+
+
+_PRIVILEGE_HINT_MYSQL = (
+    "the user {user} lacks a privilege the runtime role needs; grant it as an admin "
+    '(README, "Two roles: owner and runtime"): '
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%'; "
+    "with grants per table, chatledger's bookkeeping tables need it too: "
+    "GRANT SELECT ON `{database}`.chatledger_alembic_version TO '{user}'@'%'; "
+    "GRANT SELECT ON `{database}`.chatledger_compatibility TO '{user}'@'%';"
+)
+
+#: MySQL/MariaDB ``GET_LOCK`` name of the schema lock. Lock names are server-wide and at
+#: most 64 characters, so it carries the MD5 of the database name.
+_MYSQL_LOCK_NAME = "CONCAT('chatledger_schema_', MD5(DATABASE()))"
+
+
+@asynccontextmanager
+async def _migration_transaction_mysql(
+    conn: AsyncConnection, lock_timeout: float
+) -> AsyncIterator[AsyncConnection]:
+    """MySQL/MariaDB: ``GET_LOCK``, a lock of the session, taken and committed before the
+    migration's transaction begins (so that transaction's snapshot starts after it) and
+    released after; a lost connection releases it on the server. DDL is not
+    transactional here: every statement commits by itself.
+
+    While the lock is held, ``lock_wait_timeout`` (metadata locks: the DDL's wait for a
+    transaction that read or wrote a table, one day by default, while every writer
+    queues behind it) and ``innodb_lock_wait_timeout`` (row locks) of the session are
+    the lock timeout in whole seconds, then put back: a wait past it is
+    :class:`MigrationBusy` (error 1205); the revisions before it stay applied."""
+    granted = await conn.scalar(
+        text(f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :timeout)"), {"timeout": lock_timeout}
+    )
+    await conn.commit()
+    if granted != 1:  # 0: timed out; NULL: killed or out of memory
+        raise SchemaLockTimeout(f"GET_LOCK({_MYSQL_LOCK_NAME})")
+    try:
+        saved = (
+            await conn.execute(text("SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout"))
+        ).one()
+        seconds = max(1, math.ceil(lock_timeout))
+        await conn.exec_driver_sql(
+            f"SET SESSION lock_wait_timeout = {seconds}, innodb_lock_wait_timeout = {seconds}"
+        )
+        await conn.commit()
+        try:
+            async with conn.begin():
+                try:
+                    yield conn
+                except DBAPIError as error:
+                    busy = migration_busy(conn, error)
+                    if busy is None:
+                        raise
+                    raise busy from error
+        finally:
+            with suppress(SQLAlchemyError):  # the connection may be gone (its settings with it)
+                await conn.exec_driver_sql(
+                    f"SET SESSION lock_wait_timeout = {int(saved[0])}, "
+                    f"innodb_lock_wait_timeout = {int(saved[1])}"
+                )
+                await conn.commit()
+    except BaseException:
+        with suppress(DBAPIError):  # the connection may be gone, and the lock with it
+            await _release_mysql_lock(conn)
+        raise
+    await _release_mysql_lock(conn)
+
+
+async def _release_mysql_lock(conn: AsyncConnection) -> None:
+    await conn.execute(text(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"))
+    await conn.commit()
+
+
+def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
+    # A script cannot test GET_LOCK's answer, so the statement fails unless it is 1 (as
+    # online: 0 is a timeout, NULL an error, such as no database selected): the second
+    # row then makes the scalar subquery an error ("Subquery returns more than 1 row"),
+    # and the client stops before the first change. <=> compares NULL as a value.
+    return (
+        f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE NOT (GET_LOCK({_MYSQL_LOCK_NAME}, "
+        f"{max(1, math.ceil(lock_timeout))}) <=> 1)) AS chatledger_schema_lock;",
+    )
+
+
+_OFFLINE_SCRIPT = OfflineScript(
+    client="mysql DATABASE < SCRIPT",
+    on_failure=(
+        "MySQL/MariaDB commit every DDL statement on its own: a failure leaves the statements",
+        'before it applied (README, "Deploying: migrations"). Take a backup first.',
+    ),
+    begin=_offline_begin_mysql,
+    end=(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME});",),
+)
+
+
+@contextmanager
+def _guard_drops_mysql(
+    conn: Connection, dropped: Sequence[str], touched: Sequence[str], lock_timeout: float
+) -> Iterator[None]:
+    """MySQL/MariaDB: ``LOCK TABLES .. WRITE``. Every DDL statement commits on its own, so
+    no transaction can hold the tables from the count to the DROP; a table lock of the
+    session can (DDL does not release it): it waits for the transactions using the
+    tables (their metadata locks) and keeps every other session out until ``UNLOCK
+    TABLES``. The session may then use only the tables it locked, under their own names
+    (no alias): every table of chatledger's it touches. ``lock_wait_timeout`` bounds the
+    wait (error 1205), then is put back. A lost connection releases the locks on the
+    server: nothing is left locked or renamed.
+
+    ``UNLOCK TABLES`` commits the open transaction: after a failure it is rolled back
+    first."""
+    quote = conn.dialect.identifier_preparer.quote
+    previous = int(conn.scalar(text("SELECT @@SESSION.lock_wait_timeout")) or 0)
+    conn.exec_driver_sql(f"SET SESSION lock_wait_timeout = {max(1, math.ceil(lock_timeout))}")
+    try:
+        names = ", ".join(f"{quote(name)} WRITE" for name in touched)
+        lock_tables(conn, f"LOCK TABLES {names}", dropped)
+    finally:
+        with suppress(DBAPIError):  # the connection may be gone (the locks with it)
+            conn.exec_driver_sql(f"SET SESSION lock_wait_timeout = {previous}")
+    try:
+        yield
+    except BaseException:
+        for statement in ("ROLLBACK", "UNLOCK TABLES"):
+            with suppress(DBAPIError):
+                conn.exec_driver_sql(statement)
+        raise
+    conn.exec_driver_sql("UNLOCK TABLES")
+
+
+#: ``wsrep_sync_wait`` bit 1: SELECT, SHOW and BEGIN / START TRANSACTION first wait
+#: until this node has applied every write set the cluster had committed when they
+#: were issued (MariaDB Galera documentation, "wsrep_sync_wait").
+GALERA_SYNC_WAIT_READS = 1
+
+
+def configure_galera(engine: AsyncEngine) -> None:
+    """Causal reads on a MariaDB Galera cluster: on each new MySQL connection, detect
+    Galera (``@@wsrep_on``) and, when it is on, make the session's reads wait for
+    the cluster (``wsrep_sync_wait``), so that a load or list on any node sees every
+    append acknowledged before it on any node.
+
+    Galera replicates a commit to every node before acknowledging it, but applies it
+    on the other nodes afterwards: without the wait, a read right after an append on
+    another node can miss it. Writes need no wait: a write set based on stale rows
+    fails certification (error 1213) and is retried. Servers without Galera (MySQL
+    has no ``wsrep_on`` at all) are left as they are; the check costs one statement
+    per new pooled connection."""
+    if not rules(engine.dialect.name, engine.dialect.driver).galera:
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _galera_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("SHOW VARIABLES LIKE 'wsrep\\_on'")
+            row = cursor.fetchone()
+            if row is not None and str(row[1]).upper() == "ON":
+                cursor.execute(
+                    f"SET SESSION wsrep_sync_wait = @@session.wsrep_sync_wait | {GALERA_SYNC_WAIT_READS}"
+                )
+        finally:
+            cursor.close()
+        dbapi_connection.rollback()
+
+
+class Utf8Varbinary(mysql.VARBINARY):
+    """``VARBINARY`` bound as a str: MySQL stores the utf8mb4 connection's bytes (the id
+    type here, :class:`chatledger.types.Id`)."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+
+def _resolve_dsn(url: URL) -> URL:
+    require_database(url)
+    charset = url.query.get("charset", "utf8mb4")
+    if charset != "utf8mb4":
+        # Any other connection charset mangles ids (stored as bytes) and refuses emoji.
+        raise ValueError(f"dsn charset {charset!r} is not supported; chatledger talks utf8mb4 to MySQL")
+    return url.update_query_dict({"charset": "utf8mb4"})
+
+
+def _adoption_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
+    # The plain comparison uses the index (under zett's case-folding collation); the
+    # binary one keeps only exact matches, as chatledger's VARBINARY ids will compare.
+    return and_(left == right, func.binary(left) == func.binary(right))
+
+
+#: MySQL and MariaDB with aiomysql.
+AIOMYSQL = DialectRules(
+    name="mysql",
+    display_name="MySQL/MariaDB",
+    schemes=("mysql", "mariadb"),
+    resolve_dsn=_resolve_dsn,
+    column_collations=_column_collations_mysql,
+    table_collation=_table_collation_mysql,
+    append_message=_append_mysql,
+    save_rein_session=_save_rein_mysql,
+    greatest=func.greatest,
+    # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed
+    # since it was read"): MariaDB's snapshot isolation (innodb_snapshot_isolation,
+    # on by default from 11.8) rolls a write back with it when another transaction
+    # changed the row after this one's snapshot.
+    # ... and statements their time limit ended, most often in a lock wait:
+    # ER_STATEMENT_TIMEOUT (MariaDB max_statement_time), ER_QUERY_TIMEOUT (MySQL
+    # max_execution_time), ER_QUERY_INTERRUPTED (KILL QUERY). The statement was
+    # rolled back, and the ledger rolls its whole transaction back before a retry.
+    transient_codes=frozenset({1213, 1205, 1020, 1969, 3024, 1317}),
+    # ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_OPTION_PREVENTS_STATEMENT
+    # (read_only, super_read_only), ER_READ_ONLY_MODE (innodb_read_only),
+    # ER_OPEN_AS_READONLY
+    read_only_codes=frozenset({1792, 1290, 1836, 1036}),
+    # ER_RECORD_FILE_FULL ("The table is full"), ER_DISK_FULL
+    full_codes=frozenset({1114, 1021}),
+    any_of=_any_of_literals,
+    # ER_CON_COUNT_ERROR, ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED (MariaDB), client
+    # errors CR_CONNECTION_ERROR, CR_CONN_HOST_ERROR, CR_SERVER_GONE_ERROR,
+    # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED, and ER_CLIENT_INTERACTION_TIMEOUT
+    # ... and ER_UNKNOWN_COM_ERROR, Galera's "WSREP has not yet prepared node for
+    # application use": the node is joining or outside the primary component.
+    unavailable_codes=frozenset({1040, 1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031, 1047}),
+    configuration_hints={
+        1049: DATABASE_HINT,  # ER_BAD_DB_ERROR
+        1045: LOGIN_HINT,  # ER_ACCESS_DENIED_ERROR
+        1698: LOGIN_HINT,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR (no password given)
+        1044: _PRIVILEGE_HINT_MYSQL,  # ER_DBACCESS_DENIED_ERROR
+        1142: _PRIVILEGE_HINT_MYSQL,  # ER_TABLEACCESS_DENIED_ERROR
+        1143: _PRIVILEGE_HINT_MYSQL,  # ER_COLUMNACCESS_DENIED_ERROR
+        1227: _PRIVILEGE_HINT_MYSQL,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
+    },
+    # Every connection's session is set to REPEATABLE READ when it opens, whatever
+    # the server's default (transaction_isolation may be READ-COMMITTED): InnoDB
+    # then reads one consistent snapshot from a transaction's first read on, and
+    # the appends' locking was designed for that level. Per connection, not per
+    # transaction, so no call pays a round trip for it.
+    engine_options={"isolation_level": "REPEATABLE READ"},
+    session_setup=_mysql_session_setup,
+    statement_limit_query="SELECT @@max_allowed_packet",
+    driver="aiomysql",
+    driver_extra="mysql",
+    check_foreign=_check_foreign_mysql,
+    # ER_NET_PACKET_TOO_LARGE
+    too_large_codes=frozenset({1153}),
+    schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
+    missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
+    galera=True,
+    migration_transaction=_migration_transaction_mysql,
+    offline_script=_OFFLINE_SCRIPT,
+    drop_guard=_guard_drops_mysql,
+    id_type=lambda length: Utf8Varbinary(4 * length),  # 4 bytes: utf8mb4's worst case
+    instant_type=lambda: mysql.DATETIME(fsp=6),  # plain DATETIME drops the fraction
+    transactional_ddl=False,
+    adoption="modify-column",
+    adoption_equal=_adoption_equal,
+    char_length=func.char_length,
+    zett_driver="mysql+aiomysql",
+    create_database="CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+    drop_database="DROP DATABASE IF EXISTS {name}",
+    analyze="ANALYZE TABLE agent_sessions, raw_messages, session_snapshots",
+    server_version="SELECT CONCAT('MySQL-compatible ', version())",
+)

@@ -1,0 +1,378 @@
+"""PostgreSQL: its rules for asyncpg (the default driver) and psycopg 3 (async), and
+PgBouncer's transaction pooling."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import (
+    asynccontextmanager,
+    contextmanager,
+)
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    String,
+    any_,
+    bindparam,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..options import LedgerOptions
+from ..schema import raw_messages_table
+from .appends import MESSAGE_COLUMNS, append_params, counter_upsert, save_rein_returning
+from .base import (
+    DATABASE_HINT,
+    LOGIN_HINT,
+    Collations,
+    DialectRules,
+    OfflineScript,
+    error_code,
+    require_database,
+)
+from .migrations import SchemaLockTimeout, lock_tables, migration_busy
+
+_POSTGRESQL_APPEND = (
+    raw_messages_table.insert()
+    .from_select(
+        [*MESSAGE_COLUMNS, "sequence"],
+        select(
+            *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
+            (counter := counter_upsert(postgresql.insert, func.greatest).cte("counter")).c.last_sequence,
+        ),
+    )
+    .returning(raw_messages_table.c.sequence)
+)
+
+
+async def _append_postgresql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """PostgreSQL: one statement, a data-modifying CTE. The counter upsert feeds the
+    message INSERT .. SELECT; on a parent mismatch or a tombstone the CTE is empty, so
+    is the insert."""
+    result = await conn.execute(_POSTGRESQL_APPEND, append_params(values, row, now))
+    sequence: int | None = result.scalar_one_or_none()
+    return sequence
+
+
+async def _save_rein_postgresql(
+    conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool
+) -> int | None:
+    return await save_rein_returning(postgresql.insert, func.greatest, conn, values, only_if_absent)
+
+
+def _column_collations_postgresql(conn: Connection, table: str) -> Collations:
+    """Each column's collation from ``pg_attribute.attcollation``: ``None`` when it has
+    none (0) or takes the database's default (``pg_catalog."default"``); the table is
+    found as chatledger's statements find it, by the search path."""
+    rows = conn.execute(
+        text(
+            "SELECT a.attname, CASE WHEN c.collname = 'default' AND c.collnamespace = "
+            "'pg_catalog'::regnamespace THEN NULL ELSE c.collname END "
+            "FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+            "WHERE a.attrelid = to_regclass(quote_ident(:name)) AND a.attnum > 0 AND NOT a.attisdropped"
+        ),
+        {"name": table},
+    )
+    return {str(column): (None, None if collation is None else str(collation)) for column, collation in rows}
+
+
+def _any_of_array(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
+    """PostgreSQL: ``column = ANY(:values)``, the values bound as one integer array."""
+    return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(BigInteger)))
+
+
+def _lock_timeout_ms(options: LedgerOptions) -> str:
+    return f"{max(1, round(options.lock_timeout * 1000))}ms"
+
+
+def _postgresql_connect_args(options: LedgerOptions) -> dict[str, Any]:
+    """asyncpg sends ``server_settings`` with the login: no round trip of their own.
+    PgBouncer refuses startup parameters it does not track, so none go through it."""
+    if options.pgbouncer:
+        return {}
+    return {"server_settings": {"lock_timeout": _lock_timeout_ms(options)}}
+
+
+def _psycopg_connect_args(options: LedgerOptions) -> dict[str, Any]:
+    """psycopg (libpq) sends ``options`` with the login, as asyncpg its
+    ``server_settings``: no round trip of their own; not through PgBouncer either."""
+    if options.pgbouncer:
+        return {}
+    return {"options": f"-c lock_timeout={_lock_timeout_ms(options)}"}
+
+
+def _asyncpg_pgbouncer_args() -> dict[str, Any]:
+    """asyncpg behind PgBouncer's transaction pooling: every prepared statement gets a
+    unique name and none is cached, since consecutive transactions may run on
+    different server connections. From SQLAlchemy's asyncpg documentation,
+    "Prepared Statement Name with PGBouncer"."""
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": lambda: f"__asyncpg_{uuid.uuid4()}__",
+    }
+
+
+def _psycopg_pgbouncer_args() -> dict[str, Any]:
+    """psycopg behind PgBouncer's transaction pooling: no server-side prepared
+    statements (``prepare_threshold=None``), for the same reason; psycopg's
+    documentation, "Server-side binding / Prepared statements"."""
+    return {"prepare_threshold": None}
+
+
+_PRIVILEGE_HINT_POSTGRESQL = (
+    "the role {user} lacks a privilege the runtime role needs; grant it as the database owner "
+    '(README, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
+    "GRANT USAGE ON SCHEMA public TO {user}; "
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user}; "
+    "the tables an upgrade creates need it too, chatledger's bookkeeping included: "
+    "GRANT SELECT ON chatledger_alembic_version, chatledger_compatibility TO {user};"
+)
+
+_PROTOCOL_HINT = (
+    "the server, or a connection pooler in front of it, refused the connection's start-up "
+    "settings; behind PgBouncer in transaction pooling mode pass pgbouncer=True"
+)
+
+
+#: psycopg's failures to connect carry no SQLSTATE, only the server's message (libpq
+#: gives the error of a connection attempt as text): the codes the messages stand for,
+#: then 08001 (sqlclient_unable_to_establish_sqlconnection) for any other failure to
+#: connect -- refused, reset, timed out, no such host -- which is retried. The
+#: messages are PostgreSQL's (and PgBouncer's) English ones; a server sending them in
+#: another language has its refusals retried until ``retry_timeout``, then reported
+#: with the server's words. Errors with a SQLSTATE never get here.
+_PSYCOPG_CONNECT_CODES: tuple[tuple[re.Pattern[str], str | int], ...] = tuple(
+    (re.compile(pattern, re.DOTALL), code)
+    for pattern, code in (
+        (r'database ".*" does not exist', "3D000"),
+        (r'role ".*" does not exist', "28000"),
+        (r"password authentication failed|no password supplied|no pg_hba\.conf entry", "28P01"),
+        (r"permission denied for database", "42501"),
+        (r"unsupported startup parameter", "08P01"),
+        (r"too many clients|connection slots are reserved", "53300"),
+        (r"the database system is (?:starting up|shutting down|in recovery)", "57P03"),
+        (r"^connection failed:|connection to server .* failed", "08001"),
+    )
+)
+
+#: PostgreSQL's advisory lock key of the schema lock: the first 8 bytes of
+#: SHA-256("chatledger schema lock") as a signed bigint. Advisory locks are per
+#: database, so one constant serves every database of a server.
+SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"chatledger schema lock").digest()[:8], "big", signed=True)
+
+
+@asynccontextmanager
+async def _migration_transaction_postgresql(
+    conn: AsyncConnection, lock_timeout: float
+) -> AsyncIterator[AsyncConnection]:
+    """PostgreSQL: ``pg_advisory_xact_lock`` inside the migration's own transaction (DDL is
+    transactional), so the lock goes with the COMMIT or ROLLBACK, also behind PgBouncer.
+
+    READ COMMITTED whatever the database's default, so that a process granted the lock
+    after another upgraded reads the revision that one committed. ``lock_timeout``
+    (``set_config(.., true)``: ``SET LOCAL``, for this transaction only) bounds every
+    lock wait of the migration: the schema lock's (advisory locks obey it; SQLSTATE
+    55P03) and its DDL's on tables an open transaction has read or written, which
+    would otherwise wait unbounded while every writer queues behind the pending
+    ``ACCESS EXCLUSIVE`` lock (:class:`MigrationBusy`; nothing is applied).
+    """
+    conn = await conn.execution_options(isolation_level="READ COMMITTED")
+    async with conn.begin():
+        milliseconds = max(1, round(lock_timeout * 1000))
+        await conn.execute(
+            text("SELECT set_config('lock_timeout', :value, true)"), {"value": f"{milliseconds}ms"}
+        )
+        try:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        except DBAPIError as error:
+            if error_code(error) == "55P03":  # lock_not_available
+                raise SchemaLockTimeout(f"pg_advisory_xact_lock({SCHEMA_LOCK_KEY})") from error
+            raise
+        try:
+            yield conn
+        except DBAPIError as error:
+            busy = migration_busy(conn, error)
+            if busy is None:
+                raise
+            raise busy from error
+
+
+#: Where the PostgreSQL script keeps the session's own ``lock_timeout`` while it waits for
+#: the schema lock (a custom setting, local to the script's transaction).
+_SAVED_LOCK_TIMEOUT = "chatledger.saved_lock_timeout"
+
+
+def _offline_begin_postgresql(lock_timeout: float) -> tuple[str, ...]:
+    # Bounded like online, then put back as online: the revisions' DDL waits for table
+    # locks as the session says (a lock_timeout the DBA SET before running the script).
+    return (
+        "BEGIN;",
+        f"SELECT set_config('{_SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);",
+        f"SET LOCAL lock_timeout = '{max(1, round(lock_timeout * 1000))}ms';",
+        f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY});",
+        f"SELECT set_config('lock_timeout', current_setting('{_SAVED_LOCK_TIMEOUT}'), true);",
+    )
+
+
+_OFFLINE_SCRIPT = OfflineScript(
+    client="psql -v ON_ERROR_STOP=1 -d DATABASE -f SCRIPT",
+    on_failure=("It is one transaction: a failure changes nothing.",),
+    begin=_offline_begin_postgresql,
+    end=("COMMIT;",),
+)
+
+
+@contextmanager
+def _guard_drops_postgresql(
+    conn: Connection, dropped: Sequence[str], _touched: Sequence[str], lock_timeout: float
+) -> Iterator[None]:
+    """PostgreSQL: ``LOCK TABLE .. IN ACCESS EXCLUSIVE MODE`` in the migration's own
+    transaction, which the DROPs commit with. The wait is bounded by ``lock_timeout``
+    (SQLSTATE 55P03), then the value before it is put back (the migration transaction's
+    own, the same lock timeout)."""
+    quote = conn.dialect.identifier_preparer.quote
+    previous = conn.scalar(text("SELECT current_setting('lock_timeout')"))
+    conn.execute(
+        text("SELECT set_config('lock_timeout', :value, true)"),
+        {"value": f"{max(1, round(lock_timeout * 1000))}ms"},
+    )
+    names = ", ".join(quote(name) for name in dropped)
+    lock_tables(conn, f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE", dropped)
+    conn.execute(text("SELECT set_config('lock_timeout', :value, true)"), {"value": previous})
+    yield
+
+
+def _resolve_dsn_asyncpg(url: URL) -> URL:
+    require_database(url)
+    # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values);
+    # psycopg is libpq and takes sslmode itself.
+    if "sslmode" in url.query:
+        url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
+    return url
+
+
+def _resolve_dsn_psycopg(url: URL) -> URL:
+    require_database(url)
+    return url
+
+
+#: PostgreSQL with asyncpg, the dialect's default driver.
+ASYNCPG = DialectRules(
+    name="postgresql",
+    display_name="PostgreSQL",
+    schemes=("postgresql", "postgres"),
+    resolve_dsn=_resolve_dsn_asyncpg,
+    column_collations=_column_collations_postgresql,
+    default_collation="default",
+    append_message=_append_postgresql,
+    save_rein_session=_save_rein_postgresql,
+    greatest=func.greatest,
+    order_live_by_tombstone=True,
+    # serialization_failure, deadlock_detected, lock_not_available (lock_timeout),
+    # query_canceled: statement_timeout (or a cancel request) ended the statement,
+    # most often in a lock wait, and the transaction is rolled back as for 55P03.
+    transient_codes=frozenset({"40001", "40P01", "55P03", "57014"}),
+    # A prepared statement cached on a pooled connection whose result type an
+    # online migration changed (SQLSTATE 0A000 of this class only): the
+    # transaction was rolled back and SQLAlchemy has dropped the stale caches.
+    transient_exceptions=frozenset({"InvalidCachedStatementError"}),
+    # SQLSTATE class 08 (connection exceptions), too_many_connections,
+    # admin_shutdown, crash_shutdown, cannot_connect_now (starting up / shutting down)
+    # ... and idle_in_transaction_session_timeout, idle_session_timeout (the server
+    # closed the connection).
+    unavailable_codes=frozenset(
+        {
+            "08000",
+            "08001",
+            "08003",
+            "08004",
+            "08006",
+            "53300",
+            "57P01",
+            "57P02",
+            "57P03",
+            "25P03",
+            "57P05",
+        }
+    ),
+    # read_only_sql_transaction (default_transaction_read_only, a hot standby)
+    read_only_codes=frozenset({"25006"}),
+    full_codes=frozenset({"53100"}),  # disk_full
+    code_name="SQLSTATE",
+    any_of=_any_of_array,
+    configuration_hints={
+        "3D000": DATABASE_HINT,  # invalid_catalog_name
+        "28000": LOGIN_HINT,  # invalid_authorization_specification (unknown role)
+        "28P01": LOGIN_HINT,  # invalid_password
+        "42501": _PRIVILEGE_HINT_POSTGRESQL,  # insufficient_privilege
+        # protocol_violation: what PgBouncer answers to a startup parameter it does
+        # not track (the store's lock_timeout), and no server sends to a valid client.
+        "08P01": _PROTOCOL_HINT,
+    },
+    # Stated by asyncpg's BEGIN itself (BEGIN ISOLATION LEVEL REPEATABLE READ READ
+    # ONLY): one snapshot for every statement of the read, and no extra round trip.
+    snapshot_read={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True},
+    connect_args=_postgresql_connect_args,
+    driver="asyncpg",
+    driver_extra="postgres",
+    pgbouncer_connect_args=_asyncpg_pgbouncer_args,
+    # program_limit_exceeded
+    too_large_codes=frozenset({"54000"}),
+    schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
+    missing_table_codes=frozenset({"42P01"}),  # undefined_table
+    byte_order_collation="C",
+    pgbouncer=True,
+    migration_transaction=_migration_transaction_postgresql,
+    offline_script=_OFFLINE_SCRIPT,
+    drop_guard=_guard_drops_postgresql,
+    id_type=String,
+    instant_type=lambda: DateTime(timezone=True),
+    binds_time_zone=True,
+    transactional_ddl=True,
+    adoption="alter-column",
+    char_length=func.length,
+    adoption_lock="LOCK TABLE agent_sessions, raw_messages, session_snapshots IN ACCESS EXCLUSIVE MODE",
+    # zett-agent's asyncpg path fails: its store is measured with psycopg.
+    zett_driver="postgresql+psycopg",
+    create_database="CREATE DATABASE {name}",
+    drop_database="DROP DATABASE IF EXISTS {name} WITH (FORCE)",
+    analyze="ANALYZE",
+    server_version="SELECT version()",
+)
+
+#: psycopg 3, async (SQLAlchemy's ``postgresql+psycopg`` under ``create_async_engine``):
+#: PostgreSQL's rules, with the driver's own ways of sending the lock timeout, of
+#: going through PgBouncer, and of reporting what asyncpg reports by its own classes.
+PSYCOPG = replace(
+    ASYNCPG,
+    # psycopg prepares a statement on its fifth run; one whose result type an
+    # online migration changed fails with SQLSTATE 0A000, which other unsupported
+    # features share: told apart by the server routine that raised it, as asyncpg
+    # tells its InvalidCachedStatementError apart. The ROLLBACK clears psycopg's
+    # prepared statements, so the retry prepares anew.
+    transient_exceptions=frozenset(),
+    transient_routines=frozenset({("0A000", "RevalidateCachedQuery")}),
+    message_codes=_PSYCOPG_CONNECT_CODES,
+    connect_args=_psycopg_connect_args,
+    driver="psycopg",
+    driver_extra="psycopg",
+    pgbouncer_connect_args=_psycopg_pgbouncer_args,
+    driver_aliases=("psycopg_async",),
+    resolve_dsn=_resolve_dsn_psycopg,
+)
