@@ -44,7 +44,7 @@ def run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=dialects.rules(connection.dialect.name).rebuilds_tables,
+        render_as_batch=dialects.backend(connection.dialect.name).rebuilds_tables,
         # One transaction for the whole upgrade where the database allows DDL in one.
         transaction_per_migration=False,
         **migrate.context_options(target_metadata),

@@ -15,7 +15,7 @@ from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
 from chatledger import SessionDeleted, SnapshotConflict
-from chatledger.dialects import rules
+from chatledger.dialects import backend
 from chatledger.migrate import run_on_connection
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
@@ -247,7 +247,7 @@ async def test_rein_purge_matches_the_prefix_literally_and_byte_for_byte(
 
 
 def test_a_selection_without_a_cutoff_or_prefix_selects_for_a_single_delete_only() -> None:
-    assert Selection().where(sessions_table, rules("sqlite")) == []
+    assert Selection().where(sessions_table, backend("sqlite")) == []
     with pytest.raises(ValueError, match="say what to purge"):
         Selection.of()
 

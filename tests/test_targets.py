@@ -24,7 +24,7 @@ async def test_the_store_talks_through_its_targets_driver(
     database: Database, storage: LedgerSessionStorage
 ) -> None:
     target = TARGETS[database.target]
-    assert storage.ledger.engine.dialect.driver == (target.driver or dialects.rules(target.dialect).driver)
+    assert storage.ledger.engine.dialect.driver == (target.driver or dialects.backend(target.dialect).driver)
 
 
 @pytest.mark.requires("snapshot_isolation_default")

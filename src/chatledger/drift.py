@@ -24,7 +24,7 @@ What is compared, for chatledger's own tables only (an application's tables, its
 * here, what autogenerate does not detect (Alembic's documentation, "What does
   Autogenerate Detect (and what does it not detect?)"): named CHECK constraints, the
   primary key's columns, and each column's collation, read from the catalog by the
-  backend's rules (:attr:`chatledger.dialects.DialectRules.column_collations`):
+  backend (:attr:`chatledger.dialects.Backend.column_collations`):
   PostgreSQL's ``pg_attribute.attcollation`` against the database default, SQLite's
   declared ``COLLATE`` against ``BINARY``, and on MySQL/MariaDB each text column's and
   each table's character set and collation (Alembic compares a collation only when
@@ -132,7 +132,7 @@ def find_drift(connection: Connection) -> list[Drift]:
 
 def compare_schema(connection: Connection) -> Comparison:
     """:func:`schema_comparison` on an open connection (in its transaction)."""
-    rules = dialects.rules(connection.dialect.name)
+    backend = dialects.backend(connection.dialect.name)
     context = MigrationContext.configure(connection, opts=context_options(metadata))
     found: dict[str, list[alembic_ops.MigrateOperation]] = {}
     described: dict[str, list[str]] = {}
@@ -168,11 +168,11 @@ def compare_schema(connection: Connection) -> Comparison:
         }
         # The table's default collation first: a column retyped without a collation of
         # its own (MODIFY) takes the table's.
-        first = _table_collation_drift(connection, rules, table)
+        first = _table_collation_drift(connection, backend, table)
         then = [
             *_check_drift(inspector, table),
             *_primary_key_drift(inspector, table),
-            *_collation_drift(connection, rules, table, retyped),
+            *_collation_drift(connection, backend, table, retyped),
         ]
         if first or then:
             found[name] = [*(op for _, op in first), *found.get(name, []), *(op for _, op in then)]
@@ -184,7 +184,7 @@ def compare_schema(connection: Connection) -> Comparison:
     drifts = []
     for name in [*metadata.tables, *sorted(set(found) - set(metadata.tables))]:
         if name in found:
-            fix = _render(connection, rules, name, found[name], present)
+            fix = _render(connection, backend, name, found[name], present)
             drifts.append(Drift(name, tuple(described[name]), fix))
     return Comparison(tuple(drifts), tuple(notes))
 
@@ -205,7 +205,7 @@ def fix_script(drifts: Sequence[Drift], dialect: str, *, lock_timeout: float = 3
     """The fixes of ``drifts`` as one SQL script for ``dialect``'s own client (empty when
     there are none): a header saying how to run it, each table's differences as
     comments before its statements, and opened and closed as ``chatledger upgrade
-    --sql`` opens and closes its scripts (:data:`chatledger.dialects.OFFLINE_SCRIPTS`:
+    --sql`` opens and closes its scripts (:attr:`chatledger.dialects.Backend.offline_script`:
     the schema lock, waited for up to ``lock_timeout`` seconds, and one transaction on
     PostgreSQL and SQLite).
 
@@ -467,14 +467,14 @@ def _text_type(column: Column[Any], dialect: Dialect) -> String | None:
     return resolved if isinstance(resolved, String) else None
 
 
-def _table_collation_drift(connection: Connection, rules: dialects.DialectRules, table: Table) -> Found:
+def _table_collation_drift(connection: Connection, backend: dialects.Backend, table: Table) -> Found:
     """MySQL/MariaDB: the table's default character set and collation (``mysql_charset``,
     ``mysql_collate``), which the columns without one of their own take."""
     options = table.dialect_options[connection.dialect.name]
     charset, collation = options.get("charset"), options.get("collate")
     if not collation:
         return []
-    live_collation = rules.table_collation(connection, table.name)
+    live_collation = backend.table_collation(connection, table.name)
     if _same(live_collation, collation):
         return []
     name = _quote(connection, table.name)
@@ -488,7 +488,7 @@ def _table_collation_drift(connection: Connection, rules: dialects.DialectRules,
 
 
 def _collation_drift(
-    connection: Connection, rules: dialects.DialectRules, table: Table, retyped: set[str]
+    connection: Connection, backend: dialects.Backend, table: Table, retyped: set[str]
 ) -> Found:
     """Each column's character set and collation against the schema's: the column
     type's own, else the table's (MySQL/MariaDB's ``mysql_charset``,
@@ -499,7 +499,7 @@ def _collation_drift(
     options = table.dialect_options[connection.dialect.name]
     charset, collation = options.get("charset"), options.get("collate")
     drift: Found = []
-    live = rules.column_collations(connection, table.name)
+    live = backend.column_collations(connection, table.name)
     for column in table.columns:
         if column.name not in live or column.name in retyped:
             continue
@@ -521,7 +521,7 @@ def _collation_drift(
             (
                 f"column {column.name} has the collation {has_collation}, chatledger's is "
                 f"{want_collation or 'the database default'}",
-                _retype(column, found, want_charset, want_collation or rules.default_collation),
+                _retype(column, found, want_charset, want_collation or backend.default_collation),
             )
         )
     return drift
@@ -578,7 +578,7 @@ class _Statements(io.StringIO):
 
 def _render(
     connection: Connection,
-    rules: dialects.DialectRules,
+    backend: dialects.Backend,
     table: str,
     operations: list[alembic_ops.MigrateOperation],
     present: set[str],
@@ -592,7 +592,7 @@ def _render(
         dialect=connection.dialect, opts={"as_sql": True, "output_buffer": output, "literal_binds": True}
     )
     operations_api = Operations(offline)
-    if rules.rebuilds_tables and table in present:
+    if backend.rebuilds_tables and table in present:
         live = Table(table, MetaData(), autoload_with=connection)
         with operations_api.batch_alter_table(table, copy_from=live) as batch:
             for operation in operations:

@@ -141,7 +141,7 @@ def _parse(dsn: str) -> URL:
 def sqlite_file(url: URL) -> Path | None:
     """The SQLite file a URL names, or ``None`` for a server database or ``:memory:``."""
     try:
-        server = _dialects().rules(url.get_backend_name()).server
+        server = _dialects().backend(url.get_backend_name()).server
     except ValueError:
         return None
     if server or url.database in (None, "", ":memory:"):

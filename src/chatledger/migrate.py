@@ -8,7 +8,7 @@ the same way:
 
 * **serialised**: under a schema lock of the server, held for the whole upgrade
   (PostgreSQL ``pg_advisory_xact_lock``, MySQL/MariaDB ``GET_LOCK``, SQLite
-  ``BEGIN IMMEDIATE``; see :data:`chatledger.dialects.MIGRATION_TRANSACTIONS`), and
+  ``BEGIN IMMEDIATE``; see :attr:`chatledger.dialects.Backend.migration_transaction`), and
   inside one process one Alembic run at a time (Alembic's ``context`` and ``op`` are
   process-wide). Whoever waits re-reads the revision once granted the lock, and finds
   nothing left to do. The wait is bounded (:data:`LOCK_TIMEOUT`), then
@@ -466,7 +466,7 @@ async def downgrade_database(
 
     No table holding rows is dropped unless ``drop_rows``: their rows are counted first
     (a refusal then changes nothing), and once more under a lock that keeps every writer
-    out of them until they are dropped (:data:`chatledger.dialects.DROP_GUARDS`), taken
+    out of them until they are dropped (:attr:`chatledger.dialects.Backend.drop_guard`), taken
     for each step that drops tables, around that step alone: an append open meanwhile
     commits before the count and is counted, a later one fails once the table is gone.
     It was never acknowledged.

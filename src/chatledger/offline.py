@@ -4,7 +4,7 @@ head --sql``.
 
 No connection is made: the dialect comes from the DSN. The script is what an online
 upgrade from the starting revision runs, opened and closed the same way
-(:attr:`chatledger.dialects.DialectRules.offline_script`: one transaction on PostgreSQL and SQLite,
+(:attr:`chatledger.dialects.Backend.offline_script`: one transaction on PostgreSQL and SQLite,
 the schema lock on every backend), with chatledger's own bookkeeping:
 ``chatledger_alembic_version`` (created by the step that leaves base, as Alembic does)
 and ``chatledger_compatibility`` (:func:`chatledger.versioning.record_compatibility`).
@@ -89,7 +89,7 @@ def run_offline(context: EnvironmentContext, url: URL, metadata: MetaData, lock_
         raise CommandError(" ".join(str(error).split())) from error
     for statement in script.end:
         output(statement)
-    header = _header(script, dialects.rules(dialect).display_name, start, end, lock_timeout)
+    header = _header(script, dialects.backend(dialect).display_name, start, end, lock_timeout)
     (destination or sys.stdout).write(f"{header}\n\n{rendered.getvalue()}")
 
 

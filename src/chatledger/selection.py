@@ -27,7 +27,7 @@ from . import clock, validate
 from .errors import WrongType
 
 if TYPE_CHECKING:
-    from .dialects import DialectRules
+    from .dialects import Backend
     from .engine import Ledger
 
 #: Candidates read per page while purging.
@@ -55,32 +55,32 @@ def prefix_upper_bound(prefix: str) -> str | None:
     return head[:-1] + chr(code)
 
 
-def id_prefix(column: ColumnElement[str], prefix: str, rules: DialectRules) -> ColumnElement[bool]:
+def id_prefix(column: ColumnElement[str], prefix: str, backend: Backend) -> ColumnElement[bool]:
     """Rows whose ``column`` (an id) starts with ``prefix``: literally (``%``, ``_``
     and ``\\`` are characters) and byte for byte (case, accents and trailing spaces
     count), on every backend.
 
     Two conditions. A range, ``prefix <= id < prefix_upper_bound(prefix)``, compared in
-    byte order (:attr:`DialectRules.byte_order_collation`), which an index on the id in
+    byte order (:attr:`Backend.byte_order_collation`), which an index on the id in
     that order can serve, and which alone holds exactly the ids that start with the
     prefix. And an exact check that does not depend on the order: ``LIKE 'prefix%'``
     with the pattern characters escaped where ``LIKE`` compares exactly
-    (:attr:`DialectRules.literal_like`), else ``substr(id, 1, n) = prefix`` (SQLite,
+    (:attr:`Backend.literal_like`), else ``substr(id, 1, n) = prefix`` (SQLite,
     whose ``LIKE`` folds ASCII case; its ``substr`` and ``length`` count characters).
 
     ``prefix`` must be validated (:func:`chatledger.validate.identifier`).
     """
-    ordered = column.collate(rules.byte_order_collation) if rules.byte_order_collation else column
+    ordered = column.collate(backend.byte_order_collation) if backend.byte_order_collation else column
     conditions = [ordered >= prefix]
     upper = prefix_upper_bound(prefix)
     if upper is not None:
         conditions.append(ordered < upper)
-    if rules.literal_like:
+    if backend.literal_like:
         conditions.append(column.startswith(prefix, autoescape=True))
     else:
         head: ColumnElement[str] = func.substr(column, 1, len(prefix), type_=column.type)
-        if rules.byte_order_collation:
-            head = head.collate(rules.byte_order_collation)
+        if backend.byte_order_collation:
+            head = head.collate(backend.byte_order_collation)
         conditions.append(head == prefix)
     return and_(*conditions)
 
@@ -139,14 +139,14 @@ class Selection:
             raise ValueError("say what to purge: idle_before (or older_than) and/or prefix")
         return cls(cutoff, chosen)
 
-    def where(self, table: Table, rules: DialectRules) -> list[ColumnElement[bool]]:
+    def where(self, table: Table, backend: Backend) -> list[ColumnElement[bool]]:
         """The selection's conditions on a sessions table (``id``, ``updated_at``); the
         caller adds the one that leaves tombstones out."""
         conditions: list[ColumnElement[bool]] = []
         if self.idle_before is not None:
             conditions.append(table.c.updated_at < self.idle_before)
         if self.prefix is not None:
-            conditions.append(id_prefix(table.c.id, self.prefix, rules))
+            conditions.append(id_prefix(table.c.id, self.prefix, backend))
         return conditions
 
 

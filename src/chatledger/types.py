@@ -2,7 +2,7 @@
 
 Every difference between SQLite, PostgreSQL and MySQL/MariaDB that concerns a
 single column is a type here, a ``TypeDecorator`` or a ``with_variant``; what each
-backend's form of it is, its backend says (:attr:`chatledger.dialects.DialectRules.id_type`,
+backend's form of it is, its backend says (:attr:`chatledger.dialects.Backend.id_type`,
 ``instant_type``, ``binds_time_zone``):
 
 * :class:`Id` -- every identifier column (session, parent, request, raw message,
@@ -31,7 +31,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 if TYPE_CHECKING:
-    from .dialects import DialectRules
+    from .dialects import Backend
 
 #: Longest id accepted for sessions, requests and parents, in characters.
 MAX_ID_LENGTH = 255
@@ -47,13 +47,13 @@ LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8
 BigInt = BigInteger()
 
 
-def _backend(dialect: Dialect) -> DialectRules | None:
+def _backend(dialect: Dialect) -> Backend | None:
     """The backend of ``dialect`` (its default driver: the types are the same for every
     driver), or ``None`` for a dialect chatledger does not serve (generic types)."""
     from . import dialects  # imported here: the backends' modules import the schema's types
 
     try:
-        return dialects.rules(dialect.name)
+        return dialects.backend(dialect.name)
     except ValueError:
         return None
 

@@ -1,9 +1,9 @@
 """chatledger's backends, one module each, and what they share.
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond what
-SQLAlchemy hides is a field or hook of one :class:`DialectRules` per backend (and
+SQLAlchemy hides is a field or hook of one :class:`Backend` per backend (and
 per async driver where a dialect has two: PostgreSQL's asyncpg and psycopg), defined
-in that backend's module and looked up by dialect name and driver with :func:`rules`:
+in that backend's module and looked up by dialect name and driver with :func:`backend`:
 
 - :mod:`.base`: the per-backend object and its registry, :class:`Failure` and
   :func:`classify`, and the one mapping of a database error to a chatledger error
@@ -11,10 +11,10 @@ in that backend's module and looked up by dialect name and driver with :func:`ru
 - :mod:`.postgresql` (asyncpg, psycopg; PgBouncer), :mod:`.mysql` (MySQL and
   MariaDB; Galera), :mod:`.sqlite`;
 - :mod:`.appends`: the statement parts the backends' appends share;
-- :mod:`.engines`: engines from a backend's rules;
+- :mod:`.engines`: engines of a backend;
 - :mod:`.migrations`: what a migration asks its backend for.
 
-Adding a backend: one module defining its :class:`DialectRules`, and one line below
+Adding a backend: one module defining its :class:`Backend`, and one line below
 registering it; ``tests/test_backend_registry.py`` then lists what it still lacks.
 """
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 from . import mysql, postgresql, sqlite
 from .base import (
     Appender,
+    Backend,
     CollationReader,
     Collations,
     ConnectArgs,
-    DialectRules,
     DropGuard,
     Failure,
     ForeignBegin,
@@ -35,6 +35,7 @@ from .base import (
     OfflineScript,
     ReinSaver,
     SessionSetup,
+    backend,
     classify,
     configuration_error,
     configuration_hint,
@@ -45,7 +46,6 @@ from .base import (
     missing_table,
     register,
     registered,
-    rules,
 )
 from .engines import (
     FOREIGN_CHECK_OPTIONS,
@@ -71,16 +71,21 @@ register(postgresql.ASYNCPG, postgresql.PSYCOPG)
 register(mysql.AIOMYSQL)
 register(sqlite.AIOSQLITE)
 
+#: The names before the package (``DialectRules``, ``rules``), for code written against
+#: them on other branches; new code uses :class:`Backend` and :func:`backend`.
+DialectRules = Backend
+rules = backend
+
 __all__ = [
     "FOREIGN_CHECK_OPTIONS",
     "GALERA_SYNC_WAIT_READS",
     "SCHEMA_LOCK_KEY",
     "SQLITE_WAL_LIMIT",
     "Appender",
+    "Backend",
     "CollationReader",
     "Collations",
     "ConnectArgs",
-    "DialectRules",
     "DropGuard",
     "Failure",
     "ForeignBegin",
@@ -93,6 +98,7 @@ __all__ = [
     "SessionSetup",
     "TablesBusy",
     "adopt_engine",
+    "backend",
     "classify",
     "configuration_error",
     "configuration_hint",

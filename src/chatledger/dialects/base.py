@@ -1,16 +1,16 @@
-"""The per-backend object, :class:`DialectRules`, its registry, and what every backend
+"""The per-backend object, :class:`Backend`, its registry, and what every backend
 shares: the failure taxonomy (:class:`Failure`, :func:`classify`) and the one mapping of
 a database error to a chatledger error (:func:`database_error`).
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a column
-type is a field or hook of one :class:`DialectRules` per backend, defined in that
+type is a field or hook of one :class:`Backend` per backend, defined in that
 backend's module (:mod:`.postgresql`, :mod:`.mysql`, :mod:`.sqlite`) and looked up by
-SQLAlchemy's dialect name and driver (:func:`rules`): the append (sequence allocation
+SQLAlchemy's dialect name and driver (:func:`backend`): the append (sequence allocation
 and insert), the rein-session upsert, the meaning of each error code (transient and
 safe to retry, a lost connection, a configuration the server refuses, a statement too
 large, a table or column missing from the schema, a read-only or full database; any
 other code is a :class:`chatledger.errors.DatabaseError`: :func:`database_error` maps
-every one), the filter on a list of any length (:attr:`DialectRules.any_of`), the
+every one), the filter on a list of any length (:attr:`Backend.any_of`), the
 isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
 never moves back), the byte order of ids and whether ``LIKE`` is exact (an id
 prefix's match), the schema lock of migrations (online, and in the scripts of
@@ -95,7 +95,7 @@ class Failure(enum.Enum):
     #: A constraint of the schema refused a row (a duplicate key): the DBAPI's
     #: ``IntegrityError`` class (PEP 249), whatever its code.
     CONSTRAINT = "constraint"
-    #: Anything else, known or not: a code none of the rules lists.
+    #: Anything else, known or not: a code no backend lists.
     OTHER = "other"
 
 
@@ -192,7 +192,7 @@ MigrationTransaction = Callable[[AsyncConnection, float], AbstractAsyncContextMa
 @dataclass(frozen=True)
 class OfflineScript:
     """A migration rendered as SQL (``--sql``) for the database's own client: opened and
-    closed as :attr:`DialectRules.migration_transaction` runs it online, the schema lock included,
+    closed as :attr:`Backend.migration_transaction` runs it online, the schema lock included,
     so that the script waits for (or stops at) an upgrade running meanwhile."""
 
     #: How to run the script (``SCRIPT``) so that it stops at the first error.
@@ -217,7 +217,7 @@ NO_OFFLINE_SCRIPT = OfflineScript(client="", on_failure=(), begin=lambda _lock_t
 #: table of chatledger's it may touch meanwhile (the dropped ones among them), and the
 #: lock timeout in seconds. Raises :class:`chatledger.dialects.migrations.TablesBusy`
 #: when the tables are not granted in time. Runs inside
-#: :attr:`DialectRules.migration_transaction`, under the schema lock.
+#: :attr:`Backend.migration_transaction`, under the schema lock.
 DropGuard = Callable[[Connection, Sequence[str], Sequence[str], float], AbstractContextManager[None]]
 
 
@@ -231,7 +231,7 @@ def _lacking(hook: str) -> Any:
 
 
 #: The metadata of a field every backend must set: its default is a placeholder that
-#: :meth:`DialectRules.lacking` reports.
+#: :meth:`Backend.lacking` reports.
 _REQUIRED = {"required": True}
 
 
@@ -240,7 +240,7 @@ def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnE
 
 
 @dataclass(frozen=True, kw_only=True)
-class DialectRules:
+class Backend:
     """What one backend needs done its own way."""
 
     #: SQLAlchemy's dialect name (``engine.dialect.name``), the registry's key.
@@ -326,7 +326,7 @@ class DialectRules:
     statement_limit_query: str | None = None
     #: A server behind a socket, with a sized pool (a SQLite file has none).
     server: bool = True
-    #: The async driver these rules are for (SQLAlchemy's driver name).
+    #: The async driver of this backend (SQLAlchemy's driver name).
     driver: str = field(default="", metadata=_REQUIRED)
     #: The chatledger extra that installs the driver (``pip install 'chatledger[...]'``).
     driver_extra: str = ""
@@ -478,10 +478,10 @@ def require_database(url: URL) -> None:
 
 #: The registry: SQLAlchemy's dialect name -> the backends serving it, one per async
 #: driver, the dialect's default driver first (what a plain ``postgresql://`` opens).
-_REGISTRY: dict[str, list[DialectRules]] = {}
+_REGISTRY: dict[str, list[Backend]] = {}
 
 
-def register(*backends: DialectRules) -> None:
+def register(*backends: Backend) -> None:
     """Add backends to the registry, in order: the first of a dialect is its default
     driver. ``ValueError`` for a (dialect, driver) registered already."""
     for added in backends:
@@ -491,13 +491,13 @@ def register(*backends: DialectRules) -> None:
         same.append(added)
 
 
-def registered() -> tuple[DialectRules, ...]:
+def registered() -> tuple[Backend, ...]:
     """Every registered backend, each dialect's default driver first."""
     return tuple(known for same in _REGISTRY.values() for known in same)
 
 
-def rules(dialect_name: str, driver: str | None = None) -> DialectRules:
-    """The rules of a dialect and one of its async drivers (``None``: the dialect's
+def backend(dialect_name: str, driver: str | None = None) -> Backend:
+    """The backend of a dialect and one of its async drivers (``None``: the dialect's
     default driver); ``ValueError`` for a backend or driver chatledger does not serve."""
     try:
         same = _REGISTRY[dialect_name]
@@ -505,21 +505,25 @@ def rules(dialect_name: str, driver: str | None = None) -> DialectRules:
         raise ValueError(f"dialect {dialect_name!r} is not supported") from None
     if driver is None:
         return same[0]
-    for found in same:
-        if found.driver == driver:
-            return found
+    for known in same:
+        if known.driver == driver:
+            return known
     raise ValueError(f"driver {driver!r} of {dialect_name} is not supported")
 
 
-def _rules_of(dialect: str | DialectRules) -> DialectRules:
-    return dialect if isinstance(dialect, DialectRules) else rules(dialect)
+def _backend_of(dialect: str | Backend) -> Backend:
+    return dialect if isinstance(dialect, Backend) else backend(dialect)
 
 
-def error_code(error: DBAPIError, found: DialectRules | None = None) -> str | int | None:
+def _backend_of_url(url: URL) -> Backend:
+    return backend(url.get_backend_name(), url.get_driver_name())
+
+
+def error_code(error: DBAPIError, backend: Backend | None = None) -> str | int | None:
     """The driver's error code of a wrapped DBAPI error: the primary result code on
     SQLite, the server error number on MySQL (PyMySQL also sets a SQLSTATE, which is
     coarser, so the number comes first), SQLSTATE on PostgreSQL; else the code the
-    message stands for by ``found.message_codes``."""
+    message stands for by ``backend.message_codes``."""
     orig = error.orig
     sqlite_code = getattr(orig, "sqlite_errorcode", None)
     if isinstance(sqlite_code, int):
@@ -532,9 +536,9 @@ def error_code(error: DBAPIError, found: DialectRules | None = None) -> str | in
         return str(sqlstate)
     if isinstance(orig, Exception) and "database is locked" in str(orig):
         return 5
-    if found is not None and found.message_codes and isinstance(orig, Exception):
+    if backend is not None and backend.message_codes and isinstance(orig, Exception):
         message = str(orig)
-        for pattern, code in found.message_codes:
+        for pattern, code in backend.message_codes:
             if pattern.search(message):
                 return code
     return None
@@ -559,49 +563,49 @@ def _server_routine(orig: BaseException | None) -> str | None:
     return routine if isinstance(routine, str) else None
 
 
-def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
-    """What ``error`` means: see :class:`Failure`. The codes are the rules' of the
-    dialect (a name: its default driver's) or of the driver given."""
-    found = _rules_of(dialect)
-    code = error_code(error, found)
-    if code in found.too_large_codes:
+def classify(dialect: str | Backend, error: DBAPIError) -> Failure:
+    """What ``error`` means: see :class:`Failure`. The codes are the backend's of the
+    dialect (a name: its default driver's) or of the backend given."""
+    backend = _backend_of(dialect)
+    code = error_code(error, backend)
+    if code in backend.too_large_codes:
         return Failure.TOO_LARGE
-    if code in found.configuration_hints:
+    if code in backend.configuration_hints:
         return Failure.CONFIGURATION
-    if code in found.schema_codes or any(part in str(error.orig) for part in found.schema_messages):
+    if code in backend.schema_codes or any(part in str(error.orig) for part in backend.schema_messages):
         return Failure.SCHEMA
     if (
-        code in found.transient_codes
-        or found.transient_exceptions & _class_names(error.orig)
-        or (found.transient_routines and (code, _server_routine(error.orig)) in found.transient_routines)
+        code in backend.transient_codes
+        or backend.transient_exceptions & _class_names(error.orig)
+        or (backend.transient_routines and (code, _server_routine(error.orig)) in backend.transient_routines)
     ):
         return Failure.TRANSIENT
-    if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
+    if error.connection_invalidated or isinstance(error.orig, OSError) or code in backend.unavailable_codes:
         return Failure.CONNECTION
-    if code in found.read_only_codes:
+    if code in backend.read_only_codes:
         return Failure.READ_ONLY
-    if code in found.full_codes:
+    if code in backend.full_codes:
         return Failure.FULL
     if isinstance(error, IntegrityError):
         return Failure.CONSTRAINT
     return Failure.OTHER
 
 
-def missing_table(dialect: str | DialectRules, error: DBAPIError) -> bool:
+def missing_table(dialect: str | Backend, error: DBAPIError) -> bool:
     """Whether ``error`` is of a table that does not exist (any more)."""
-    found = _rules_of(dialect)
-    return error_code(error, found) in found.missing_table_codes
+    backend = _backend_of(dialect)
+    return error_code(error, backend) in backend.missing_table_codes
 
 
-def configuration_hint(dialect: str | DialectRules, error: DBAPIError, url: URL) -> str:
+def configuration_hint(dialect: str | Backend, error: DBAPIError, url: URL) -> str:
     """What to fix for a :attr:`Failure.CONFIGURATION` error, naming the DSN's database
     and user."""
-    found = _rules_of(dialect)
-    template = found.configuration_hints.get(error_code(error, found) or "", "check the DSN")
+    backend = _backend_of(dialect)
+    template = backend.configuration_hints.get(error_code(error, backend) or "", "check the DSN")
     return template.format(database=url.database or "?", user=url.username or "?")
 
 
-def configuration_error(dialect: str | DialectRules, error: DBAPIError, url: URL) -> ConfigurationError:
+def configuration_error(dialect: str | Backend, error: DBAPIError, url: URL) -> ConfigurationError:
     """The one wording of a :attr:`Failure.CONFIGURATION` error, from the stores and the
     schema commands alike: the database (password masked), what to fix
     (:func:`configuration_hint`), and the server's own words."""
@@ -620,7 +624,7 @@ def _server_words(error: BaseException) -> str:
     return " ".join(words.split())
 
 
-def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL) -> ChatledgerError:
+def database_error(dialect: str | Backend, error: SQLAlchemyError, url: URL) -> ChatledgerError:
     """The chatledger error of any SQLAlchemy error ``error`` met on the database at
     ``url`` (raise it ``from error``): the one total mapping from a database's refusal
     to what the caller sees, for every path that does not retry (the importer, the
@@ -642,7 +646,7 @@ def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL
     Every :class:`DatabaseError` carries the code (SQLSTATE, MySQL error number,
     SQLite result code; ``None`` if there is none) and the driver's message.
     """
-    found = _rules_of(dialect)
+    backend = _backend_of(dialect)
     where = display(url)
     if isinstance(error, PoolTimeout):
         return StorageUnavailable(f"no connection to {where} became free: {_server_words(error)}")
@@ -652,12 +656,12 @@ def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL
             f"{where}: the call failed in SQLAlchemy ({type(error).__name__}): {words}",
             server_message=words,
         )
-    code = error_code(error, found)
+    code = error_code(error, backend)
     words = _server_words(error)
-    failure = classify(found, error)
-    said = f"{found.code_name} {code}: {words}" if code is not None else f"{type(error).__name__}: {words}"
+    failure = classify(backend, error)
+    said = f"{backend.code_name} {code}: {words}" if code is not None else f"{type(error).__name__}: {words}"
     if failure is Failure.CONFIGURATION:
-        return configuration_error(found, error, url)
+        return configuration_error(backend, error, url)
     if failure in (Failure.TRANSIENT, Failure.CONNECTION):
         return StorageUnavailable(
             f"{where} could not complete the call (it was rolled back, or the connection was lost); "
@@ -678,7 +682,7 @@ def database_error(dialect: str | DialectRules, error: SQLAlchemyError, url: URL
         )
     if failure in (Failure.READ_ONLY, Failure.FULL):
         reason = failure.value
-        hint = found.read_only_hint if failure is Failure.READ_ONLY else found.full_hint
+        hint = backend.read_only_hint if failure is Failure.READ_ONLY else backend.full_hint
         return DatabaseUnwritable(
             f"database {where} is {reason}; nothing was written: {hint}. The server said ({said})",
             reason=reason,
@@ -712,22 +716,22 @@ def database_errors(url: URL, *, statements: bool = True) -> Iterator[None]:
     try:
         yield
     except SQLAlchemyError as error:
-        found = rules(url.get_backend_name(), url.get_driver_name())
+        backend = _backend_of_url(url)
         if (
             not statements
             and isinstance(error, DBAPIError)
             and error.statement is not None
-            and classify(found, error) in (Failure.CONFIGURATION, Failure.SCHEMA)
+            and classify(backend, error) in (Failure.CONFIGURATION, Failure.SCHEMA)
         ):
-            code = error_code(error, found)
+            code = error_code(error, backend)
             words = _server_words(error)
             raise DatabaseError(
                 f"database {display(url)} refused a statement of the schema change "
-                f"({found.code_name} {code}: {words})",
+                f"({backend.code_name} {code}: {words})",
                 code=code,
                 server_message=words,
             ) from error
-        raise database_error(found, error, url) from error
+        raise database_error(backend, error, url) from error
 
 
 @contextmanager
@@ -743,7 +747,7 @@ def configuration_refusals(url: URL, *, statements: bool = True) -> Iterator[Non
     try:
         yield
     except DBAPIError as error:
-        found = rules(url.get_backend_name(), url.get_driver_name())
-        if (statements or error.statement is None) and classify(found, error) is Failure.CONFIGURATION:
-            raise configuration_error(found, error, url) from error
+        backend = _backend_of_url(url)
+        if (statements or error.statement is None) and classify(backend, error) is Failure.CONFIGURATION:
+            raise configuration_error(backend, error, url) from error
         raise

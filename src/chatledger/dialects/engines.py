@@ -1,4 +1,4 @@
-"""Engines from a backend's rules: creating one (a missing driver named as its extra),
+"""Engines of a backend: creating one (a missing driver named as its extra),
 the set-up of every new connection, the driver's ``connect()`` arguments, and adopting
 an engine the caller made (``engine=``)."""
 
@@ -13,12 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ..errors import missing_extra
 from ..options import LedgerOptions
-from .base import DialectRules, rules
+from . import base
+from .base import Backend
 from .sqlite import release_cancelled_statements
 
 
 def merge_connect_args(ours: dict[str, Any], *given: Mapping[str, Any]) -> dict[str, Any]:
-    """The driver's ``connect()`` arguments: ``ours`` (from the rules), then each of
+    """The driver's ``connect()`` arguments: ``ours`` (from the backend), then each of
     ``given`` (the DSN's query, the caller's ``connect_args``) over them, one by one.
 
     Two are merged rather than replaced, so that the caller's settings win without
@@ -44,15 +45,15 @@ def create_engine(url: URL, **options: Any) -> AsyncEngine:
             ``pip install 'chatledger[...]'`` line.
         ValueError: a dialect or driver chatledger does not serve.
     """
-    found = rules(url.get_backend_name(), url.get_driver_name())
+    backend = base.backend(url.get_backend_name(), url.get_driver_name())
     try:
         return create_async_engine(url, **options)
     except ImportError as error:  # also psycopg without its binary or C part
-        raise ImportError(missing_extra(f"the {found.driver} driver", found.driver_extra)) from error
+        raise ImportError(missing_extra(f"the {backend.driver} driver", backend.driver_extra)) from error
 
 
 def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
-    """Per-connection set-up from the dialect's rules: the set-up statements of every
+    """Per-connection set-up from the backend: the set-up statements of every
     new connection (SQLite's WAL, its size limit, busy timeout and synchronous pragmas;
     MySQL's lock wait timeout), and on SQLite explicit transactions.
 
@@ -64,9 +65,9 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     The mode comes from the ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE``
     when none is given. SQLAlchemy's pysqlite / aiosqlite documentation,
     "Serializable isolation / Savepoints / Transactional DDL"."""
-    found = rules(engine.dialect.name, engine.dialect.driver)
-    statements = found.session_setup(options)
-    explicit_begin = found.explicit_begin
+    backend = base.backend(engine.dialect.name, engine.dialect.driver)
+    statements = backend.session_setup(options)
+    explicit_begin = backend.explicit_begin
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -96,14 +97,14 @@ def _begin_explicitly(engine: AsyncEngine) -> None:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-#: Execution options of the transaction :attr:`DialectRules.check_foreign` runs in:
+#: Execution options of the transaction :attr:`Backend.check_foreign` runs in:
 #: on SQLite none is begun, so that a pragma may change the journal mode.
 FOREIGN_CHECK_OPTIONS: dict[str, Any] = {"chatledger_sqlite_begin": None}
 
 
-def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
+def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
     """A ledger's view of an engine its caller made and owns (the ``engine=`` option)
-    and the rules of its dialect and driver.
+    and the backend of its dialect and driver.
 
     The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
     that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
@@ -112,8 +113,8 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
     uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
     ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
     SQLite's ``synchronous``, Galera's ``wsrep_sync_wait``, pooling. What a ledger
-    needs of them is set or checked on first use by :attr:`DialectRules.check_foreign`,
-    and at the start of each of its transactions by :attr:`DialectRules.foreign_begin`
+    needs of them is set or checked on first use by :attr:`Backend.check_foreign`,
+    and at the start of each of its transactions by :attr:`Backend.foreign_begin`
     (no autocommit; SQLite's explicit ``BEGIN IMMEDIATE`` / ``BEGIN DEFERRED``, emitted
     after the engine's own ``begin`` listeners), which the ledger runs.
 
@@ -126,7 +127,7 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
         raise TypeError(
             f"engine must be a sqlalchemy AsyncEngine (create_async_engine), not {type(engine).__name__}"
         )
-    found = rules(engine.dialect.name, engine.dialect.driver)
+    backend = base.backend(engine.dialect.name, engine.dialect.driver)
     # create_async_engine(isolation_level=...) is kept where SQLAlchemy's own Connection
     # looks it up (Connection._is_autocommit_isolation), execution_options() in the options.
     isolation = engine.get_execution_options().get("isolation_level") or getattr(
@@ -139,4 +140,4 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, DialectRules]:
         )
     view = engine.execution_options()
     release_cancelled_statements(view)
-    return view, found
+    return view, backend

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .base import Failure, OfflineScript, classify, rules
+from .base import Failure, OfflineScript, backend, classify
 
 # -- schema migrations ----------------------------------------------------------------
 
@@ -29,7 +29,7 @@ class MigrationBusy(TimeoutError):
 def migration_busy(conn: AsyncConnection, error: DBAPIError) -> MigrationBusy | None:
     """:class:`MigrationBusy` for a lock wait past the timeout (or a deadlock) of the
     migration's work; ``None`` for any other failure, which is the work's own."""
-    if classify(rules(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
+    if classify(backend(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
         return MigrationBusy(str(error.orig))
     return None
 
@@ -37,7 +37,7 @@ def migration_busy(conn: AsyncConnection, error: DBAPIError) -> MigrationBusy | 
 def offline_script(dialect_name: str) -> OfflineScript:
     """How a ``--sql`` script of the dialect opens and closes; ``ValueError`` for a
     dialect chatledger does not serve."""
-    return rules(dialect_name).offline_script
+    return backend(dialect_name).offline_script
 
 
 def migration_transaction(
@@ -45,7 +45,7 @@ def migration_transaction(
 ) -> AbstractAsyncContextManager[AsyncConnection]:
     """The migration transaction of ``conn``'s dialect, holding the schema lock; see
     :data:`MigrationTransaction`. ``ValueError`` for a dialect chatledger does not serve."""
-    return rules(conn.dialect.name, conn.dialect.driver).migration_transaction(conn, lock_timeout)
+    return backend(conn.dialect.name, conn.dialect.driver).migration_transaction(conn, lock_timeout)
 
 
 # -- downgrades that drop tables --------------------------------------------------------
@@ -66,7 +66,7 @@ def lock_tables(conn: Connection, statement: str, tables: Sequence[str]) -> None
         conn.exec_driver_sql(statement)
     except DBAPIError as error:
         # A lock wait past the timeout, or a deadlock with a writer (which then goes on).
-        if classify(rules(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
+        if classify(backend(conn.dialect.name, conn.dialect.driver), error) is Failure.TRANSIENT:
             raise TablesBusy(tables) from error
         raise
 
@@ -76,7 +76,7 @@ def guard_drops(
 ) -> AbstractContextManager[None]:
     """:data:`DropGuard` of ``conn``'s dialect; ``ValueError`` for a dialect chatledger
     does not serve."""
-    guard = rules(conn.dialect.name, conn.dialect.driver).drop_guard
+    guard = backend(conn.dialect.name, conn.dialect.driver).drop_guard
     if not dropped:
         return nullcontext()
     return guard(conn, dropped, touched, lock_timeout)

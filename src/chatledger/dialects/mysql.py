@@ -29,7 +29,7 @@ from ..errors import ConfigurationError
 from ..options import LedgerOptions
 from ..schema import rein_sessions_table, sessions_table
 from .appends import MESSAGE_INSERT, append_params, field_updates, session_row
-from .base import DATABASE_HINT, LOGIN_HINT, Collations, DialectRules, OfflineScript, require_database, rules
+from .base import DATABASE_HINT, LOGIN_HINT, Backend, Collations, OfflineScript, backend, require_database
 from .migrations import SchemaLockTimeout, lock_tables, migration_busy
 
 
@@ -153,7 +153,7 @@ def _mysql_session_setup(options: LedgerOptions) -> tuple[str, ...]:
 
 def _check_foreign_mysql(conn: Connection) -> None:
     """An engine the caller made: its connections must talk utf8mb4 and read at
-    REPEATABLE READ, as the ones chatledger makes do (see the rules below)."""
+    REPEATABLE READ, as the ones chatledger makes do (see :data:`AIOMYSQL`)."""
     charsets = conn.exec_driver_sql(
         "SELECT @@character_set_client, @@character_set_connection, @@character_set_results"
     ).one()
@@ -315,7 +315,7 @@ def configure_galera(engine: AsyncEngine) -> None:
     fails certification (error 1213) and is retried. Servers without Galera (MySQL
     has no ``wsrep_on`` at all) are left as they are; the check costs one statement
     per new pooled connection."""
-    if not rules(engine.dialect.name, engine.dialect.driver).galera:
+    if not backend(engine.dialect.name, engine.dialect.driver).galera:
         return
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -357,7 +357,7 @@ def _adoption_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> Colu
 
 
 #: MySQL and MariaDB with aiomysql.
-AIOMYSQL = DialectRules(
+AIOMYSQL = Backend(
     name="mysql",
     display_name="MySQL/MariaDB",
     schemes=("mysql", "mariadb"),

@@ -1,4 +1,4 @@
-"""PostgreSQL: its rules for asyncpg (the default driver) and psycopg 3 (async), and
+"""PostgreSQL: its backends for asyncpg (the default driver) and psycopg 3 (async), and
 PgBouncer's transaction pooling."""
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from .appends import MESSAGE_COLUMNS, append_params, counter_upsert, save_rein_r
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
+    Backend,
     Collations,
-    DialectRules,
     OfflineScript,
     error_code,
     require_database,
@@ -273,7 +273,7 @@ def _resolve_dsn_psycopg(url: URL) -> URL:
 
 
 #: PostgreSQL with asyncpg, the dialect's default driver.
-ASYNCPG = DialectRules(
+ASYNCPG = Backend(
     name="postgresql",
     display_name="PostgreSQL",
     schemes=("postgresql", "postgres"),
@@ -357,7 +357,7 @@ ASYNCPG = DialectRules(
 )
 
 #: psycopg 3, async (SQLAlchemy's ``postgresql+psycopg`` under ``create_async_engine``):
-#: PostgreSQL's rules, with the driver's own ways of sending the lock timeout, of
+#: PostgreSQL's backend, with the driver's own ways of sending the lock timeout, of
 #: going through PgBouncer, and of reporting what asyncpg reports by its own classes.
 PSYCOPG = replace(
     ASYNCPG,

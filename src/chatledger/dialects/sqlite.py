@@ -33,12 +33,12 @@ from ..options import LedgerOptions
 from .appends import MESSAGE_INSERT, append_params, counter_upsert, save_rein_returning
 from .base import (
     AUTOCOMMIT_FIX,
+    Backend,
     Collations,
-    DialectRules,
     OfflineScript,
+    backend,
     error_code,
     logger,
-    rules,
     sync_connection,
 )
 from .migrations import SchemaLockTimeout, migration_busy
@@ -253,7 +253,7 @@ def configure_migration_engine(engine: AsyncEngine, *, lock_timeout: float) -> N
     neither begins nor commits on its own, and DDL no longer runs outside the
     transaction) and an explicit ``BEGIN IMMEDIATE``, which waits for the write lock
     up to ``lock_timeout`` seconds (the busy timeout)."""
-    if not rules(engine.dialect.name, engine.dialect.driver).explicit_begin:
+    if not backend(engine.dialect.name, engine.dialect.driver).explicit_begin:
         return
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -288,7 +288,7 @@ def release_cancelled_statements(engine: AsyncEngine) -> None:
     Closing the cursor resets the statement first (aiosqlite runs the two in order
     on the connection's thread).
     """
-    if not rules(engine.dialect.name, engine.dialect.driver).resets_cancelled_statements:
+    if not backend(engine.dialect.name, engine.dialect.driver).resets_cancelled_statements:
         return
 
     @event.listens_for(engine.sync_engine, "handle_error")
@@ -317,7 +317,7 @@ def _resolve_dsn(url: URL) -> URL:
 
 
 #: SQLite with aiosqlite.
-AIOSQLITE = DialectRules(
+AIOSQLITE = Backend(
     name="sqlite",
     display_name="SQLite",
     schemes=("sqlite",),

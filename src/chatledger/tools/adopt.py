@@ -301,7 +301,7 @@ def _convert_sqlite(connection: Connection, current: TableSurvey, target: Table)
 
 
 #: The backends' ways of changing a zett table, by name
-#: (:attr:`chatledger.dialects.DialectRules.adoption`).
+#: (:attr:`chatledger.dialects.Backend.adoption`).
 CONVERSIONS: dict[str, Callable[[Connection, TableSurvey, Table], list[Step]]] = {
     "alter-column": _convert_postgresql,
     "modify-column": _convert_mysql,
@@ -325,7 +325,7 @@ def _listed(rows: list[Any], render: Callable[[Any], str]) -> str:
     return shown + (", ..." if len(rows) > SAMPLES else "")
 
 
-def data_problems(connection: Connection, backend: dialects.DialectRules) -> list[str]:
+def data_problems(connection: Connection, backend: dialects.Backend) -> list[str]:
     """Why zett's rows cannot become chatledger's as they are (empty: they can)."""
     problems: list[str] = []
     for name, child in (("raw messages", _r), ("checkpoints", _v)):
@@ -467,7 +467,7 @@ def _verify(connection: Connection) -> None:
         raise RuntimeError(f"the adopted schema differs from chatledger's: {found}")
 
 
-def plan(connection: Connection, schema: ZettSchema, backend: dialects.DialectRules) -> list[Step]:
+def plan(connection: Connection, schema: ZettSchema, backend: dialects.Backend) -> list[Step]:
     """Every step of the adoption, in order (a dry run prints their descriptions)."""
     tables = first_revision_tables()
     convert = CONVERSIONS[backend.adoption]
@@ -488,7 +488,7 @@ def plan(connection: Connection, schema: ZettSchema, backend: dialects.DialectRu
     return steps
 
 
-def _prepare(connection: Connection, backend: dialects.DialectRules, report: AdoptReport) -> list[Step]:
+def _prepare(connection: Connection, backend: dialects.Backend, report: AdoptReport) -> list[Step]:
     """Check everything (read only) and plan; raise :class:`NotAdoptable` with every reason.
     No steps for a database at a revision chatledger ships (:attr:`AdoptReport.already`)."""
     revision = migrate.current_revision(connection)
@@ -538,7 +538,7 @@ async def adopt(dsn: str | URL | None, *, dry_run: bool = False, say: Say | None
     path = sqlite_file(url)
     if path is not None and not path.is_file():
         raise NotAdoptable(f"no such file: {path}")
-    backend = dialects.rules(url.get_backend_name(), url.get_driver_name())
+    backend = dialects.backend(url.get_backend_name(), url.get_driver_name())
     report = AdoptReport(database=display(url), backend=backend.name, dry_run=dry_run)
     tell: Say = say or (lambda _line: None)
     engine = dialects.create_engine(url, poolclass=NullPool)

@@ -120,7 +120,7 @@ async def bench_backend(
 ) -> BackendReport:
     """Every measurement on the server ``admin`` names, in fresh databases."""
     started = time.perf_counter()
-    backend = dialects.rules(admin.get_backend_name())
+    backend = dialects.backend(admin.get_backend_name())
     variant_name = f"chatledger, {backend.bench_variant[0]}"
 
     def say(message: str) -> None:

@@ -71,7 +71,7 @@ def append_breakdown(append: dict[str, AppendStats]) -> str:
 
 
 def _transfer_targets(report: BackendReport) -> list[Verdict]:
-    if report.transfer is None or not dialects.rules(report.backend).server:
+    if report.transfer is None or not dialects.backend(report.backend).server:
         return []
     return [
         Verdict(

@@ -65,7 +65,7 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
     path is a directory (``None`` or empty: the system's temporary directory) where
     a temporary directory of files is made and removed afterwards.
     """
-    backend = dialects.rules(admin.get_backend_name())
+    backend = dialects.backend(admin.get_backend_name())
     if backend.create_database is None or backend.drop_database is None:
         root = _sqlite_root(admin)
         try:
