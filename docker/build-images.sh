@@ -6,6 +6,9 @@
 #   docker/build-images.sh            # build unless the image exists
 #   CHATLEDGER_REBUILD=1 docker/build-images.sh   # rebuild the image (reuses the root fs)
 #
+# Packages come from the Debian mirror this machine's own apt already uses (the first
+# Debian archive in /etc/apt/sources.list, then /etc/apt/sources.list.d/*.list and
+# *.sources), or from CHATLEDGER_DEBIAN_MIRROR: the repository names no mirror.
 # The debootstrap output is cached outside the repository (CHATLEDGER_IMAGE_CACHE,
 # default /var/cache/chatledger) and reused; the image is skipped when it exists.
 # Bump RECIPE when anything below changes: it names both the cache and the tag.
@@ -16,8 +19,47 @@ set -euo pipefail
 RECIPE=1
 IMAGE="${CHATLEDGER_SERVER_IMAGE:-chatledger-servers:trixie-r$RECIPE}"
 CACHE="${CHATLEDGER_IMAGE_CACHE:-/var/cache/chatledger}"
-MIRROR="${CHATLEDGER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 ROOTFS="$CACHE/rootfs-trixie-r$RECIPE"
+
+# The URI of the first enabled "deb" source that is not a security archive: from the
+# one-line format (deb [options] URI SUITE COMPONENTS...) or from deb822 stanzas
+# (Types:, URIs:, Suites:, Enabled:), whichever comes first in apt's order.
+apt_mirror() {
+  local file
+  for file in /etc/apt/sources.list /etc/apt/sources.list.d/*; do
+    [ -r "$file" ] || continue
+    case "$file" in
+    *.list)
+      awk '$1 == "deb" {
+             i = 2
+             if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+             if ($(i + 1) !~ /-security$/ && $i !~ /-security\/?$/) { print $i; exit }
+           }' "$file" ;;
+    *.sources)
+      awk 'BEGIN { RS = "" }
+           {
+             types = uris = suites = ""; enabled = "yes"
+             n = split($0, lines, "\n")
+             for (j = 1; j <= n; j++) {
+               line = lines[j]
+               if (line ~ /^[ \t]*#/) continue
+               key = tolower(line); sub(/:.*/, "", key)
+               value = line; sub(/^[^:]*:[ \t]*/, "", value)
+               if (key == "types") types = value
+               else if (key == "uris") uris = value
+               else if (key == "suites") suites = value
+               else if (key == "enabled") enabled = tolower(value)
+             }
+             split(uris, uri, /[ \t]+/)
+             if (enabled != "no" && (" " types " ") ~ / deb / && uri[1] != "" &&
+                 suites !~ /^[^ ]*-security( |$)/ && uri[1] !~ /-security\/?$/) { print uri[1]; exit }
+           }' "$file" ;;
+    esac | head -n 1 | grep . && return 0
+  done
+  return 1
+}
+
+MIRROR="${CHATLEDGER_DEBIAN_MIRROR:-}"
 
 if [ -z "${CHATLEDGER_REBUILD:-}" ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "image $IMAGE exists; not rebuilt"
@@ -30,7 +72,13 @@ command -v debootstrap >/dev/null || {
 }
 
 if [ ! -e "$ROOTFS/.chatledger-complete" ]; then
-  echo "debootstrap trixie into $ROOTFS (several minutes) ..."
+  if [ -z "$MIRROR" ]; then
+    MIRROR="$(apt_mirror)" || {
+      echo "no Debian mirror in this machine's apt sources; set CHATLEDGER_DEBIAN_MIRROR" >&2
+      exit 1
+    }
+  fi
+  echo "debootstrap trixie from $MIRROR into $ROOTFS (several minutes) ..."
   rm -rf "$ROOTFS.partial"
   mkdir -p "$CACHE"
   debootstrap --variant=minbase --include=postgresql-17,mariadb-server,galera-4 \
