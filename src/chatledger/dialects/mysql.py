@@ -178,6 +178,15 @@ _PRIVILEGE_HINT_MYSQL = (
     "GRANT SELECT ON `{database}`.chatledger_alembic_version TO '{user}'@'%'; "
     "GRANT SELECT ON `{database}`.chatledger_compatibility TO '{user}'@'%';"
 )
+#: ER_DBACCESS_DENIED_ERROR at login: MySQL/MariaDB refuse a user who is not root a
+#: database that does not exist as they refuse one it may not use (so as not to tell
+#: which databases exist), so a mistyped name reads as a missing privilege. The name is
+#: the likelier fault, and the one that a GRANT would not cure: it comes first.
+_DATABASE_OR_PRIVILEGE_HINT_MYSQL = (
+    "the database {database} does not exist, or is not visible to the user {user}: check the "
+    "database name in the DSN (a mistyped name is refused as if it were not granted), or create "
+    'it (README, "Deploying: migrations"); if the name is right, ' + _PRIVILEGE_HINT_MYSQL
+)
 
 #: MySQL/MariaDB ``GET_LOCK`` name of the schema lock. Lock names are server-wide and at
 #: most 64 characters, so it carries the MD5 of the database name.
@@ -393,7 +402,7 @@ AIOMYSQL = Backend(
         1049: DATABASE_HINT,  # ER_BAD_DB_ERROR
         1045: LOGIN_HINT,  # ER_ACCESS_DENIED_ERROR
         1698: LOGIN_HINT,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR (no password given)
-        1044: _PRIVILEGE_HINT_MYSQL,  # ER_DBACCESS_DENIED_ERROR
+        1044: _DATABASE_OR_PRIVILEGE_HINT_MYSQL,  # ER_DBACCESS_DENIED_ERROR
         1142: _PRIVILEGE_HINT_MYSQL,  # ER_TABLEACCESS_DENIED_ERROR
         1143: _PRIVILEGE_HINT_MYSQL,  # ER_COLUMNACCESS_DENIED_ERROR
         1227: _PRIVILEGE_HINT_MYSQL,  # ER_SPECIFIC_ACCESS_DENIED_ERROR
