@@ -241,7 +241,15 @@ def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnE
 
 @dataclass(frozen=True, kw_only=True)
 class Backend:
-    """What one backend needs done its own way."""
+    """What one backend (a dialect and one of its async drivers) needs done its own way.
+
+    One instance per backend, defined in its module and added with :func:`register`;
+    code outside this package asks it (:func:`backend`) rather than comparing dialect
+    names. Fields marked required have placeholders for defaults, which
+    :meth:`lacking` lists (a placeholder hook raises ``NotImplementedError`` naming
+    itself): a new backend can be registered before it is complete, and the registry
+    test says what it still lacks. The others default to what most backends do.
+    """
 
     #: SQLAlchemy's dialect name (``engine.dialect.name``), the registry's key.
     name: str
