@@ -105,7 +105,7 @@ class Ledger:
     @property
     def auto_upgrade(self) -> bool:
         """Whether :meth:`ensure_ready` upgrades a database that is behind (the
-        ``auto_upgrade`` option; unset: on SQLite only)."""
+        ``auto_upgrade`` option; unset: for a database file (SQLite), not a server)."""
         return self.readiness.auto_upgrade
 
     @auto_upgrade.setter

@@ -13,12 +13,14 @@ chatledger error at once (``StatementTooLarge``, ``SchemaNotReady``, the rest by
 time, not attempts: random exponential backoff, and no attempt after
 ``retry_timeout`` seconds from the start of the call (tenacity's policy, driven by
 hand so that a call that succeeds at once pays nothing for it). When it runs out,
-``StorageUnavailable``: nothing from the call was committed.
+``StorageUnavailable``: nothing from the call was committed. A failure after the
+COMMIT succeeded (returning the connection to the pool) is no failure of the call:
+its result is returned.
 
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
-reply. Repeating the work blindly could write it twice; giving up could lose an
-acknowledged write. So a write carries an id fixed before its first attempt
+reply. Repeating the work blindly could write it twice; reporting a failure could
+deny a write that was in fact stored. So a write carries an id fixed before its first attempt
 (``write_id``), and the caller gives a ``settle`` function that looks the write up
 by it.
 
