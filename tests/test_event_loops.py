@@ -1,7 +1,7 @@
 """One zett storage used from successive event loops, on every backend.
 
 asyncpg and aiomysql connections belong to the loop that opened them; the ledger
-replaces its pool when the running loop changes (``Ledger._bind_loop``).
+replaces its pool when the running loop changes (``Connections.bind_loop``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,84 @@
+"""``chatledger sessions``: list, show, delete and purge stored sessions
+(:mod:`chatledger.tools.sessions`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from .shared import Command, add_dsn
+
+#: What deleting a session leaves of its id, as ``sessions delete`` and ``purge`` say it.
+_RESERVED = (
+    "each deleted id keeps a tombstone, so a zett append to it raises SessionDeleted (a late "
+    "writer never revives it) until create_session(session_id=...) starts it anew; a rein save "
+    "starts it anew"
+)
+
+
+def _configure_sessions(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=description or help)
+        add_dsn(sub)
+        sub.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+        return sub
+
+    listing = action("list", "the newest sessions, zett's and rein's")
+    listing.add_argument("--limit", type=int, default=20, help="sessions per kind (default: 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
+    show.add_argument("id", metavar="ID")
+    show.add_argument(
+        "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
+    )
+    delete = action(
+        "delete",
+        "delete one session with its whole history (asks first)",
+        f"delete one session with its whole history (asks first; exit 1 if not confirmed). {_RESERVED}",
+    )
+    delete.add_argument("id", metavar="ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask")
+    purge = action(
+        "purge",
+        "delete old sessions in batches (asks first)",
+        "delete the sessions last active before a time and/or whose id starts with a prefix, in "
+        f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
+    )
+    purge.add_argument(
+        "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
+    )
+    purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="delete nothing: count what would be deleted and list the first ids of each kind",
+    )
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+
+
+async def _sessions(args: argparse.Namespace, console: Console) -> int:
+    from .. import sessions
+
+    kinds = (args.kind,) if args.kind else sessions.KINDS
+    if args.action == "list":
+        listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
+        sessions.print_list(listing, console, as_json=args.json)
+        return 0
+    if args.action == "show":
+        found = await sessions.show(args.dsn, args.id, console, messages=args.messages, kinds=kinds)
+        return 0 if found else 1
+    if args.action == "delete":
+        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
+    age = sessions.parse_age(args.older_than) if args.older_than is not None else None
+    return await sessions.purge(
+        args.dsn, console, older_than=age, prefix=args.prefix, dry_run=args.dry_run, yes=args.yes, kinds=kinds
+    )
+
+
+#: This group's commands, in the order ``--help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command("sessions", "list, show, delete and purge stored sessions", _configure_sessions, _sessions),
+)

@@ -1,0 +1,116 @@
+"""Moving sessions: ``export``, ``import`` and ``copy`` (:mod:`chatledger.tools.transfer`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from ..words import counted
+from .shared import Command, add_dsn, say
+
+
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="export only this session (repeatable)"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write here (gzip-compressed when it ends in .gz); default: stdout",
+    )
+
+
+async def _export(args: argparse.Namespace, console: Console) -> int:
+    from ..transfer import export, open_output
+
+    # The data may go to stdout: progress and messages go to stderr then.
+    messages = console if args.output not in (None, "-") else Console(stderr=True, highlight=False)
+    output = open_output(args.output)
+    try:
+        counts = await export(args.dsn, output, ids=args.session, console=messages)
+    finally:
+        if output is not sys.stdout:
+            output.close()
+    say(
+        messages,
+        f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
+        f"{counted(counts.snapshots, 'checkpoint')}) and {counted(counts.rein_sessions, 'rein session')} "
+        f"to {args.output or 'stdout'}",
+    )
+    return 0
+
+
+def _configure_import(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "file", metavar="FILE", help="an export of chatledger export (.gz too); - reads stdin"
+    )
+
+
+def _import_summary(console: Console, report: Any, verb: str = "imported") -> int:
+    tombstones = "a tombstone" if report.tombstones == 1 else "tombstones"
+    deleted = f"{report.tombstones:,} of them deleted, {verb} as {tombstones}; " if report.tombstones else ""
+    say(
+        console,
+        f"{verb} {counted(report.imported, 'session')} ({deleted}{counted(report.messages, 'message')}, "
+        f"{counted(report.snapshots, 'checkpoint')}) into {report.target}; {report.identical:,} already "
+        "there and identical, skipped",
+    )
+    if report.differing or report.failed:
+        differ = "differs" if report.differing == 1 else "differ"
+        were = "was" if report.failed == 1 else "were"
+        say(
+            console,
+            f"{report.differing:,} {differ} from the database's and {report.failed:,} {were} refused; "
+            "see above",
+        )
+    if not report.complete:
+        say(console, "the input ended before its end record (truncated?); what it held was imported")
+    return 0 if report.clean else 1
+
+
+async def _import(args: argparse.Namespace, console: Console) -> int:
+    from ..transfer import import_file
+
+    report = await import_file(args.dsn, args.file, console=console, say=lambda line: say(console, line))
+    return _import_summary(console, report)
+
+
+def _configure_copy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--from", dest="source", required=True, metavar="DSN", help="the database to copy from"
+    )
+    parser.add_argument("--to", dest="target", required=True, metavar="DSN", help="the database to copy into")
+    parser.add_argument(
+        "--session", action="append", metavar="ID", help="copy only this session (repeatable)"
+    )
+
+
+async def _copy(args: argparse.Namespace, console: Console) -> int:
+    from ..transfer import copy
+
+    # Both DSNs, for run() to mask their passwords in an error message.
+    args.dsn = [args.source, args.target]
+    report = await copy(
+        args.source, args.target, ids=args.session, console=console, say=lambda line: say(console, line)
+    )
+    return _import_summary(console, report, "copied")
+
+
+#: This group's commands, in the order ``--help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command("export", "write sessions as JSON lines (docs/export-format.md)", _configure_export, _export),
+    Command(
+        "import",
+        "read an export into the database; sessions it has already are compared, never overwritten "
+        "(exit 1 if any differ)",
+        _configure_import,
+        _import,
+    ),
+    Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
+)

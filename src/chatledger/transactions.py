@@ -1,0 +1,351 @@
+"""A ledger's transactions: each call retried whole within its budget, every failure
+classified, and a write made exactly-once across a lost COMMIT.
+
+**Attempt.** A call runs its work in one transaction (:meth:`Transactions._attempt`):
+a write with the backend's write options (:attr:`DialectRules.write`), a read
+snapshot-consistent (:attr:`DialectRules.snapshot_read`). A failure is classified
+once, by :func:`chatledger.dialects.classify`: a transient one (deadlock,
+serialization failure, lock wait past ``lock_timeout``, busy SQLite file) and a
+connection lost or refused before the COMMIT was sent left nothing committed, and
+the whole call is tried again (:class:`_Retry`); every other failure becomes its
+chatledger error at once (``StatementTooLarge``, ``SchemaNotReady``, the rest by
+:func:`chatledger.dialects.database_error`) and is never retried. The budget is
+time, not attempts: random exponential backoff, and no attempt after
+``retry_timeout`` seconds from the start of the call (tenacity's policy, driven by
+hand so that a call that succeeds at once pays nothing for it). When it runs out,
+``StorageUnavailable``: nothing from the call was committed. A failure after the
+COMMIT succeeded (returning the connection to the pool) is no failure of the call:
+its result is returned.
+
+**Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
+outcome unknown: the server may have committed the transaction and lost only the
+reply. Repeating the work blindly could write it twice; reporting a failure could
+deny a write that was in fact stored. So a write carries an id fixed before its first attempt
+(``write_id``), and the caller gives a ``settle`` function that looks the write up
+by it.
+
+**Settle.** After an ambiguous COMMIT every later attempt first runs ``settle`` in
+a read transaction of its own: it returns the write's result when the write was
+committed (the call returns it, and writes nothing more), ``None`` when not (the
+work is attempted again). A failure of the work itself (a duplicate key, a version
+conflict) is settled once more before it is raised: the server may still have been
+finishing the first COMMIT while the first settle read, and the write's primary
+key decides that race.
+
+**OutcomeUnknown.** Raised, carrying ``write_id``, when the outcome stays unknown:
+the COMMIT was ambiguous and no ``settle`` was given, or the database stayed
+unreachable for the rest of the budget, or another error (no pooled connection
+free, a refusal of the database) ended the call before a settle found the write.
+No error that says nothing was committed is raised after an ambiguous COMMIT; the
+work's own refusal of a write that settle did not find (``ConstraintViolation``)
+is the answer, and passes. A repeat of the identical call settles by the same id,
+so a write that was committed is returned, not written again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.ext.asyncio import AsyncConnection
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from . import dialects, migrate
+from .dsn import as_argument, display
+from .errors import (
+    ConfigurationError,
+    ConstraintViolation,
+    DatabaseError,
+    OutcomeUnknown,
+    SchemaNotReady,
+    StatementTooLarge,
+    StorageUnavailable,
+)
+from .options import LedgerOptions
+
+if TYPE_CHECKING:
+    from .connections import Connections
+    from .readiness import Readiness
+
+logger = logging.getLogger("chatledger")
+
+T = TypeVar("T")
+Work = Callable[[AsyncConnection], Awaitable[T]]
+#: Looks a write up by its id: its result when it was committed, else ``None``.
+Settle = Callable[[AsyncConnection], Awaitable[T | None]]
+
+
+class Transactions:
+    """The transactions of one ledger, with its retry budget and its count of retries.
+
+    Args:
+        connections: The ledger's engine and event loop binding.
+        options: The ledger's options (``retry_timeout``, ``retry_backoff``,
+            ``retry_backoff_max``; the pool's, for messages).
+        readiness: The ledger's schema check, run before the first call (and again
+            after a call found a table or column missing).
+    """
+
+    def __init__(self, connections: Connections, options: LedgerOptions, readiness: Readiness) -> None:
+        self.connections = connections
+        self.options = options
+        self.readiness = readiness
+        self.url = connections.url
+        self.rules = connections.rules
+        self.engine = connections.engine
+        self.foreign = connections.foreign
+        #: Transient failures retried since this ledger was built (for the stress command).
+        self.retries = 0
+        #: When a failed attempt is tried again: a random exponential backoff, and no
+        #: attempt after ``retry_timeout`` seconds from the start of the call.
+        self._retry_policy = AsyncRetrying(
+            stop=stop_before_delay(self.options.retry_timeout),
+            wait=wait_random_exponential(
+                multiplier=self.options.retry_backoff, max=self.options.retry_backoff_max
+            ),
+            retry=retry_if_exception_type(_Retry),
+        )
+
+    async def write(
+        self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
+    ) -> T:
+        """See :meth:`chatledger.engine.Ledger.write`."""
+        return await self.run(work, write=True, settle=settle, write_id=write_id)
+
+    async def read(self, work: Work[T]) -> T:
+        """See :meth:`chatledger.engine.Ledger.read`."""
+        return await self.run(work, write=False)
+
+    async def run(
+        self,
+        work: Work[T],
+        *,
+        write: bool = False,
+        options: dict[str, Any] | None = None,
+        ready: bool = True,
+        settle: Settle[T] | None = None,
+        write_id: str | None = None,
+    ) -> T:
+        """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
+        of its own instead of a write's or a read's; ``ready=False``: without the schema
+        check first (the check's own reads)."""
+        if self.connections.closed:
+            raise RuntimeError(f"{self.connections!r} is closed")
+        await self.connections.bind_loop()
+        if ready and not self.readiness.ready:
+            await self.readiness.ensure_ready(self)
+        # The error of a COMMIT whose outcome is unknown, once one happened.
+        ambiguous: BaseException | None = None
+        # tenacity's state of this call, made on its first failure: a call that succeeds
+        # at once pays nothing for the retry machinery.
+        state: RetryCallState | None = None
+        started = time.monotonic()
+        while True:
+            try:
+                if ambiguous is not None and settle is not None:
+                    found = await self._settle(settle)
+                    if found is not None:
+                        return found
+                try:
+                    return await self._attempt(work, write=write, options=options)
+                except _Retry as retry:
+                    if retry.ambiguous:
+                        ambiguous = retry.cause
+                        if settle is None:
+                            raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
+                    raise
+                except (StorageUnavailable, ConfigurationError, SchemaNotReady):
+                    raise
+                except Exception:
+                    # The work failed: a repeat of a write that was committed (by an
+                    # earlier call, or by this one's ambiguous COMMIT that the server
+                    # finished late) fails on the write's own key. Settle decides.
+                    if settle is not None:
+                        found = await self._settle(settle)
+                        if found is not None:
+                            return found
+                    raise
+            except _Retry as retry:
+                if state is None:
+                    state = RetryCallState(self._retry_policy, None, (), {})
+                    state.start_time = started
+                state.set_exception((type(retry), retry, retry.__traceback__))
+                state.upcoming_sleep = self._retry_policy.wait(state)
+                if self._retry_policy.stop(state):
+                    if ambiguous is not None:
+                        raise self._unknown(retry.cause, write_id, settled=True) from retry.cause
+                    raise StorageUnavailable(
+                        f"{display(self.url)} could not complete the call within the retry budget "
+                        f"(retry_timeout={self.options.retry_timeout:g} s, {state.attempt_number} "
+                        "attempts); nothing from this call was committed. Last failure "
+                        f"({retry.describe()}): {retry.detail}"
+                    ) from retry.cause
+                self._count_retry(state)
+                await asyncio.sleep(state.upcoming_sleep)
+                state.prepare_for_next_attempt()
+            except (StorageUnavailable, ConfigurationError, SchemaNotReady, DatabaseError) as error:
+                # After a COMMIT whose outcome is unknown, no error may say that nothing
+                # was committed: one that ends the call before a settle found the write
+                # (no pooled connection free for it, a refusal of the database) leaves
+                # the first COMMIT's outcome unknown still. The work's own refusal of a
+                # write that settle did not find (a conflict) is the answer, and passes.
+                if ambiguous is None or isinstance(error, OutcomeUnknown | ConstraintViolation):
+                    raise
+                raise self._unknown(error, write_id, settled=settle is not None, ended=True) from error
+
+    async def _settle(self, settle: Settle[T]) -> T | None:
+        return await self._attempt(settle, write=False)
+
+    def _unknown(
+        self, cause: BaseException, write_id: str | None, *, settled: bool, ended: bool = False
+    ) -> OutcomeUnknown:
+        """``ended``: ``cause`` is the error that ended the call after the lost COMMIT,
+        not the loss of the database for the rest of the budget."""
+        if ended:
+            how = f"and the call then ended before the write could be looked up ({_detail(cause)}). " + (
+                "Repeat the identical call once the database answers: the write carries the "
+                f"id {write_id!r}, so a repeat of one that was committed returns its result "
+                "and writes nothing"
+                if settled
+                else "Read the data back once the database answers to see whether it was "
+                "applied before repeating it"
+            )
+            return OutcomeUnknown(
+                f"the connection to {display(self.url)} was lost while the database committed this "
+                f"write, so whether it was applied is unknown, {how}",
+                write_id=write_id,
+            )
+        if settled:
+            how = (
+                f"and {display(self.url)} stayed unreachable for the rest of the retry budget "
+                f"(retry_timeout={self.options.retry_timeout:g} s), so it could not be looked up. "
+                "Repeat the identical call once the database answers: the write carries the id "
+                f"{write_id!r}, so a repeat of one that was committed returns its result and "
+                "writes nothing"
+            )
+        else:
+            how = (
+                "and this write cannot be looked up by an id. Read the data back once the "
+                "database answers to see whether it was applied before repeating it"
+            )
+        return OutcomeUnknown(
+            f"the connection to {display(self.url)} was lost while the database committed this "
+            f"write, so whether it was applied is unknown, {how}. Lost with: {_detail(cause)}",
+            write_id=write_id,
+        )
+
+    async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
+        """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
+        read (:attr:`DialectRules.snapshot_read`), or one with ``options`` instead. A
+        failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
+        its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
+        by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
+        committing = committed = False
+        try:
+            engine = self.connections.writer if write else self.connections.reader
+            if options is not None:  # a call of its own kind (once per ledger): a copy for it
+                engine = self.engine.execution_options(**options)
+            async with engine.connect() as conn:
+                async with conn.begin():
+                    if self.foreign:  # after the engine's own begin listeners
+                        await self.rules.foreign_begin(conn)
+                    result = await work(conn)
+                    committing = True  # leaving this block sends the COMMIT
+                committed = True
+        except DBAPIError as error:
+            if committed:  # only returning the connection to the pool failed
+                return result
+            failure = dialects.classify(self.rules, error)
+            if failure is dialects.Failure.TOO_LARGE:
+                raise StatementTooLarge(
+                    f"the database refused the statement as too large (statement_limit "
+                    f"{self.readiness.statement_limit} bytes); nothing was written: {error.orig}",
+                    code=dialects.error_code(error, self.rules),
+                    server_message=str(error.orig),
+                ) from error
+            if failure is dialects.Failure.SCHEMA:
+                # The revision check passed, yet a table or column is missing: check again
+                # on the next call (the database may have been downgraded or replaced).
+                self.readiness.ready = False
+                dsn = as_argument(self.url)
+                raise SchemaNotReady(
+                    f"database {display(self.url)} lacks a table or column this chatledger uses, "
+                    f"so its schema is not the one revision {migrate.head_revision()} creates (an "
+                    "older or hand-made schema, or one changed by hand); nothing was written. Run "
+                    f"`chatledger check --dsn {dsn}` to see where it stands, then `chatledger upgrade "
+                    f"--dsn {dsn}` as the schema owner (a database zett-agent's own store wrote: "
+                    f"`chatledger adopt --dsn {dsn}`). The server said: {error.orig}"
+                ) from error
+            if failure is dialects.Failure.TRANSIENT:
+                # Even out of the COMMIT: the server rolled the transaction back.
+                raise _Retry(error, dialects.error_code(error)) from error
+            if failure is dialects.Failure.CONNECTION:
+                raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
+            # Every other code, listed or not, becomes a chatledger error. A write's own
+            # key clash becomes ConstraintViolation, which Transactions.run settles before it
+            # is raised, as it settled the IntegrityError before.
+            raise dialects.database_error(self.rules, error, self.url) from error
+        except PoolTimeout as error:
+            within = (
+                f"the engine's pool_timeout ({self.engine.pool.status()})"
+                if self.foreign
+                else f"{self.options.pool_timeout} s (pool_size={self.options.pool_size}, "
+                f"max_overflow={self.options.max_overflow})"
+            )
+            raise StorageUnavailable(
+                f"no connection to {display(self.url)} became free within {within}"
+            ) from error
+        except SQLAlchemyError as error:  # SQLAlchemy's own, with no driver error under it
+            if committed:
+                return result
+            raise dialects.database_error(self.rules, error, self.url) from error
+        except OSError as error:  # the socket under the driver: refused, reset, timed out
+            if committed:
+                return result
+            raise _Retry(error, None, ambiguous=write and committing) from error
+        return result
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.retries += 1
+        failure = state.outcome.exception() if state.outcome is not None else None
+        logger.debug(
+            "retrying after %s (attempt %d, next in %.3f s)",
+            failure.describe() if isinstance(failure, _Retry) else failure,
+            state.attempt_number,
+            state.upcoming_sleep,
+        )
+
+
+class _Retry(Exception):
+    """An attempt failed in a way that left nothing committed (``ambiguous``: unless the
+    failure came out of the COMMIT), so the call may run again."""
+
+    def __init__(self, cause: BaseException, code: str | int | None, *, ambiguous: bool = False) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.code = code
+        self.ambiguous = ambiguous
+
+    @property
+    def detail(self) -> str:
+        return _detail(self.cause)
+
+    def describe(self) -> str:
+        return f"code {self.code}" if self.code is not None else type(self.cause).__name__
+
+
+def _detail(error: BaseException) -> str:
+    """The driver's message of a wrapped DBAPI error, else the error itself."""
+    orig = getattr(error, "orig", None)
+    return str(orig if orig is not None else error) or type(error).__name__
