@@ -36,8 +36,8 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
-from .zett_data import read_back, write_zett_sessions, zett_read_back, zett_url
+from .support.fresh import fresh_database
+from .support.zett_data import read_back, write_zett_sessions, zett_read_back, zett_url
 
 OURS = sorted(metadata.tables)
 

@@ -43,7 +43,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
+from .support.schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
 
 #: The application's env.py: Alembic's async template, its own table, and the hooks as
 #: ``config.attributes["hooks"]`` says: "plain" (the three lines of the README),

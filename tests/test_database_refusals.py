@@ -34,7 +34,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .throwaway import migrated_database
+from .support.throwaway import migrated_database
 
 
 def message(text: str = "hi") -> UserMessage:

@@ -22,7 +22,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import MIGRATIONS, REPO_ROOT, dsn_of, fresh_database
+from .support.schema_helpers import MIGRATIONS, REPO_ROOT, dsn_of, fresh_database
 
 HEAD = migrate.head_revision()
 ALL = migrate.revisions().order

@@ -29,7 +29,7 @@ from chatledger.migrate import database_revision, downgrade_database, upgrade_da
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import fresh_database, on_connection, table_names
+from .support.schema_helpers import fresh_database, on_connection, table_names
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ from chatledger.schema import raw_messages_table, rein_sessions_table, sessions_
 from chatledger.zett import LedgerSessionStorage, codec
 
 from .conftest import Database
-from .schema_helpers import catalog, drift, execute, fresh_database, on_connection
+from .support.schema_helpers import catalog, drift, execute, fresh_database, on_connection
 
 REVISION = "0003"
 TABLES = (sessions_table, raw_messages_table, snapshots_table, rein_sessions_table)

@@ -25,7 +25,7 @@ from chatledger.engine import Ledger
 from chatledger.migrate import SchemaState, database_state, head_revision, revisions, upgrade_database
 
 from .conftest import Database
-from .schema_helpers import (
+from .support.schema_helpers import (
     BOOKKEEPING,
     SCHEMA_TABLES,
     alembic_ini,

@@ -28,7 +28,7 @@ from chatledger.migrate import (
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import (
+from .support.schema_helpers import (
     ALEMBIC,
     BOOKKEEPING,
     SCHEMA_TABLES,

@@ -30,8 +30,8 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
-from .throwaway import _which, require
+from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
+from .support.throwaway import _which, require
 
 PASSWORD = "pw-Sekr1t-do-not-print"
 

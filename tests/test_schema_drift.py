@@ -22,8 +22,8 @@ from chatledger.migrate import schema_drift, upgrade_database
 from chatledger.tools.cli import run
 
 from .conftest import Database
-from .fresh import fresh_database
-from .schema_helpers import on_connection
+from .support.fresh import fresh_database
+from .support.schema_helpers import on_connection
 
 #: A change to a SQLite table's ``CREATE TABLE`` statement.
 Edit = Callable[[str], str]

@@ -39,10 +39,10 @@ from chatledger.tools.cli import run
 from chatledger.tools.transfer import FormatError, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import BACKENDS, Servers
 from .conftest import Database
-from .fresh import fresh_database
-from .zett_data import read_back, write_sessions
+from .support.backends import BACKENDS, Servers
+from .support.fresh import fresh_database
+from .support.zett_data import read_back, write_sessions
 
 REIN_IDS = ["rein-one", "rein-two"]
 

@@ -41,7 +41,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import (
+from .support.schema_helpers import (
     BOOKKEEPING,
     SCHEMA_TABLES,
     drift,

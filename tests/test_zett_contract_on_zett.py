@@ -1,4 +1,4 @@
-"""The conformance suite (:mod:`tests.zett_contract`) on zett-agent's own SQL store.
+"""The conformance suite (:mod:`chatledger.testing.zett`) on zett-agent's own SQL store.
 
 It shows the suite is implementation-neutral, and marks each place where chatledger
 differs from zett's own store on purpose (each an ``xfail`` with the reason, strict,
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from . import zett_contract
-from .zett_contract import *  # noqa: F403 -- the conformance suite runs here, on zett's own store
+from chatledger.testing import zett as zett_contract
+from chatledger.testing.zett import *  # noqa: F403 -- the conformance suite runs here, on zett's own store
 
 #: Where chatledger differs from zett-agent's own store on purpose: the README row's
 #: behaviour cell ("Where it differs from zett-agent's own store") and the reason.

@@ -1,0 +1,1 @@
+"""Conformance suites a session store runs to prove itself (see the contract modules)."""
