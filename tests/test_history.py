@@ -85,6 +85,7 @@ from chatledger.tools.transfer import ImportReport, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.history_model import Checkpoint, Message, ReinModel, ZettModel
 from .support.proxy import Proxy
@@ -195,7 +196,7 @@ class World:
         reading back say whether it was applied. Fails, naming them, when transactions
         stay open for :data:`QUIESCE_WITHIN` seconds (a transaction leaked, holding its
         locks)."""
-        if self.database.backend == "sqlite":
+        if facts_of(self.database.backend).file_write_lock:
             # The write lock: granted once a writer still committing is done.
             await self.observer.ledger.write(_nothing)
             return
