@@ -12,7 +12,7 @@
 # The debootstrap output is cached outside the repository (CHATLEDGER_IMAGE_CACHE,
 # default /var/cache/chatledger) and reused; the image is skipped when it exists.
 # Bump RECIPE when anything below changes: it names both the cache and the tag.
-# The image's servers are started by tests/containers.py with an explicit command
+# The image's servers are started by tests/support/containers.py with an explicit command
 # (no entrypoint conventions): see SERVER_COMMANDS there.
 set -euo pipefail
 

@@ -3,8 +3,8 @@
 Each test session creates a fresh database per target (a temporary SQLite file, a
 new PostgreSQL / MySQL database on the target's server), migrates it with the
 shipped Alembic revisions, drops it afterwards, and disposes of every engine it
-made. The targets and where their servers come from: ``tests/backends.py``; what
-the targets differ in: ``tests/capabilities.py``.
+made. The targets and where their servers come from: ``tests/support/backends.py``; what
+the targets differ in: ``tests/support/capabilities.py``.
 
 The hooks below:
 
@@ -33,8 +33,8 @@ from sqlalchemy.engine import URL
 from chatledger.migrate import upgrade_database
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import TARGETS, Server, Servers, Target, fresh_name, is_required, serializable_postgres
-from .capabilities import missing
+from .support.backends import TARGETS, Server, Servers, Target, fresh_name, is_required, serializable_postgres
+from .support.capabilities import missing
 
 SERVERS = pytest.StashKey[Servers]()
 #: ``user_properties`` names that carry target facts from xdist workers to the controller.

@@ -36,8 +36,9 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
-from .zett_data import read_back, write_zett_sessions, zett_read_back, zett_url
+from .support.facts import facts_of
+from .support.fresh import fresh_database
+from .support.zett_data import read_back, write_zett_sessions, zett_read_back, zett_url
 
 OURS = sorted(metadata.tables)
 
@@ -294,7 +295,7 @@ async def test_killed_adoption_changed_nothing_or_continues(zett_db: URL, backen
 
     await _adopt_subprocess_killed_at(zett_db, "- raw_messages:")
 
-    if backend == "mysql":
+    if not facts_of(backend).transactional_ddl:
         columns = await on(
             zett_db, lambda conn: [c["name"] for c in inspect(conn).get_columns("agent_sessions")]
         )
@@ -305,7 +306,7 @@ async def test_killed_adoption_changed_nothing_or_continues(zett_db: URL, backen
         assert await zett_read_back(zett_db, ids) == before
 
     report = await adopt(zett_db)
-    assert report.revision == head_revision() and report.resumed == (backend == "mysql")
+    assert report.revision == head_revision() and report.resumed == (not facts_of(backend).transactional_ddl)
     assert report.messages == 21 + 30_000
     async with LedgerSessionStorage(zett_db) as storage:
         after = await read_back(storage, ids)
@@ -336,12 +337,11 @@ async def test_old_zett_without_session_type_is_adopted(zett_db: URL, backend: s
     assert await on(zett_db, drift) == []
 
 
+@pytest.mark.requires("case_folding_collations")
 async def test_mysql_case_folded_ids_are_refused(zett_db: URL, backend: str) -> None:
     """zett's MySQL ids compare case-insensitively; chatledger's byte for byte. A raw
     message whose session id matches its session row only when folded would lose its
     session: refused, naming it."""
-    if backend != "mysql":
-        pytest.skip("case-folding collations are MySQL's")
     ids = await write_zett_sessions(zett_db)
 
     def fold(connection: Connection) -> None:

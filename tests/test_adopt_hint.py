@@ -26,9 +26,9 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
-from .schema_helpers import catalog, dsn_of, execute, on_connection, run_alembic
-from .zett_data import write_zett_sessions, zett_read_back
+from .support.fresh import fresh_database
+from .support.schema_helpers import catalog, dsn_of, execute, on_connection, run_alembic
+from .support.zett_data import write_zett_sessions, zett_read_back
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
+from .support.schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
 
 #: The application's env.py: Alembic's async template, its own table, and the hooks as
 #: ``config.attributes["hooks"]`` says: "plain" (the three lines of the README),
@@ -289,13 +289,12 @@ def test_the_hooks_match_chatledgers_tables_in_the_default_schema_only() -> None
         assert not include_object(here.c.id, "id", "column", True, None)
 
 
+@pytest.mark.requires("schemas")
 async def test_an_apps_table_named_like_chatledgers_in_its_own_schema_is_its_own(
     shared: URL, backend: str
 ) -> None:
     """F6 (a): ``include_schemas=True`` on PostgreSQL: the application's
     ``app.raw_messages`` is created, chatledger's ``raw_messages`` left alone."""
-    if backend != "postgresql":
-        pytest.skip("schemas within one database: PostgreSQL")
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
     from sqlalchemy import Column, Integer, MetaData, String, Table

@@ -29,6 +29,7 @@ from chatledger.rein import LedgerSessionStore
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 
 CALLS = 60
 #: Generous bounds for "does not hang"; SQLite's busy timeout is 30 s.
@@ -129,13 +130,12 @@ async def test_cancelled_rein_twins_release_connections_and_locks(
     assert sum(not task.cancelled() for task in tasks) <= saved <= CALLS
 
 
+@pytest.mark.requires("insert_returning")
 async def test_plain_sqlalchemy_insert_returning_storm(database: Database, session_id: str) -> None:
     """The cause sits below chatledger, where SQLAlchemy's aiosqlite adapter meets a
     cancellation: a bare engine with chatledger's hook settles too. (Without
     :func:`chatledger.dialects.release_cancelled_statements` an ``INSERT ..
     RETURNING`` cancelled before its row is fetched strands SQLite's write lock.)"""
-    if database.backend == "mysql":
-        pytest.skip("MySQL has no INSERT .. RETURNING; the store tests above cover it")
     # libpq (psycopg) calls it connect_timeout.
     timeout = "connect_timeout" if database.url.get_driver_name() == "psycopg" else "timeout"
     engine = create_async_engine(database.url, connect_args={timeout: 30})
@@ -194,7 +194,7 @@ async def test_cancelled_twin_rolls_back(
 
 async def lock_row(conn: AsyncConnection, backend: str, session_id: str) -> None:
     """Hold the write lock a save of ``session_id`` needs, in ``conn``'s open transaction."""
-    if backend == "sqlite":
+    if facts_of(backend).file_write_lock:
         await conn.exec_driver_sql("BEGIN IMMEDIATE")
     else:
         await conn.execute(

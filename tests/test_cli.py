@@ -15,8 +15,8 @@ from chatledger.dsn import DSN_ENV
 from chatledger.migrate import head_revision, revisions
 from chatledger.tools.cli import CLOSED_PIPE, run
 
-from .backends import fresh_name
 from .conftest import Database
+from .support.backends import fresh_name
 
 PASSWORD = "pw-Sekr1t-do-not-print"
 

@@ -14,7 +14,7 @@ from chatledger.tools.stress import run_stress
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .race_workers import snapshot_at
+from .support.race_workers import snapshot_at
 
 PROCESSES = 8
 

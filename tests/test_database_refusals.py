@@ -34,7 +34,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .throwaway import migrated_database
+from .support.throwaway import migrated_database
 
 
 def message(text: str = "hi") -> UserMessage:
@@ -65,6 +65,7 @@ async def server_database(database: Database) -> AsyncIterator[URL]:
         yield url.set(drivername=database.url.drivername)
 
 
+@pytest.mark.requires("default_transaction_read_only")
 async def test_postgresql_read_only_database(
     database: Database,
     server_database: URL,
@@ -72,8 +73,6 @@ async def test_postgresql_read_only_database(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    if database.backend != "postgresql":
-        pytest.skip("PostgreSQL's default_transaction_read_only")
     if server_database.get_driver_name() == "psycopg":
         # SQLAlchemy resets psycopg's read_only to False after a read-only transaction,
         # so psycopg begins every later one READ WRITE, overriding the database default.
@@ -107,11 +106,10 @@ async def test_postgresql_read_only_database(
         assert "read-only" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.requires("session_read_only")
 async def test_mysql_read_only_transactions(
     database: Database, server_database: URL, session_id: str
 ) -> None:
-    if database.backend != "mysql":
-        pytest.skip("a MySQL/MariaDB read-only transaction")
     async with LedgerSessionStorage(server_database) as storage:
         await storage.append(session_id, "r", message())
     read_only = {"init_command": "SET SESSION TRANSACTION READ ONLY"}
@@ -220,12 +218,11 @@ async def test_sqlite_database_or_disk_is_full(sqlite_file: Path) -> None:
 # -- a statement timeout in a lock wait -----------------------------------------------------
 
 
+@pytest.mark.requires("statement_time_limit")
 async def test_statement_timeout_in_a_lock_wait_is_retried(database: Database, session_id: str) -> None:
     """The server's statement time limit ends an append waiting for a row lock before
     the lock timeout does (PostgreSQL ``statement_timeout``, 57014; MariaDB
     ``max_statement_time``, 1969): a lock wait, retried until the lock is free."""
-    if database.backend == "sqlite":
-        pytest.skip("SQLite has no statement time limit")
     if database.backend == "postgresql":
         limit: dict[str, Any] = (
             {"options": "-c statement_timeout=200"}

@@ -22,7 +22,8 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import MIGRATIONS, REPO_ROOT, dsn_of, fresh_database
+from .support.facts import facts_of
+from .support.schema_helpers import MIGRATIONS, REPO_ROOT, dsn_of, fresh_database
 
 HEAD = migrate.head_revision()
 ALL = migrate.revisions().order
@@ -151,7 +152,7 @@ async def test_a_database_behind_names_the_owners_dsn_not_a_masked_password(
     schema owner's DSN, not this role's DSN with its password masked (which cannot work)."""
     if database.server is None:
         pytest.skip("a SQLite file has no roles (and upgrades itself on first use)")
-    if database.backend == "postgresql":  # this server trusts local logins: any password does
+    if facts_of(database.backend).trusts_local_logins:  # any password does
         empty = empty.set(password="pw-Sekr1t-do-not-print")
     async with LedgerSessionStorage(empty) as storage:
         with pytest.raises(SchemaNotReady) as caught:

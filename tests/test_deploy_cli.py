@@ -28,7 +28,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import ALEMBIC, REPO_ROOT, catalog, dsn_of, fresh_database, on_connection
+from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, dsn_of, fresh_database, on_connection
 
 HEAD = head_revision()
 

@@ -36,9 +36,9 @@ from chatledger.errors import DatabaseError
 from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Server, Servers
 from .conftest import Database
-from .throwaway import (
+from .support.backends import Server, Servers
+from .support.throwaway import (
     ThrowawayPostgres,
     ledger_state,
     migrated_database,

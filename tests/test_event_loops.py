@@ -21,8 +21,8 @@ from chatledger import SchemaNotReady
 from chatledger.migrate import upgrade_database
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import fresh_name
 from .conftest import Database
+from .support.backends import fresh_name
 
 REPLACED = "the event loop changed; replacing the connection pool"
 

@@ -1,4 +1,4 @@
-"""Exactly-once writes across a lost COMMIT, through a real TCP proxy (tests/proxy.py)
+"""Exactly-once writes across a lost COMMIT, through a real TCP proxy (tests/support/proxy.py)
 between the store and PostgreSQL / MariaDB.
 
 * Lost while the COMMIT was under way (the server committed, the client never heard):
@@ -34,10 +34,10 @@ from chatledger import OutcomeUnknown, StorageUnavailable
 from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Servers, serializable_postgres
 from .conftest import Database
-from .proxy import Proxy, running_proxy
-from .throwaway import LedgerState, ledger_state, migrated_database, shared_server
+from .support.backends import Servers, serializable_postgres
+from .support.proxy import Proxy, running_proxy
+from .support.throwaway import LedgerState, ledger_state, migrated_database, shared_server
 
 #: Seconds any single wait may take before the test fails.
 TIMEOUT = 60.0

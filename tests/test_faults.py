@@ -8,7 +8,7 @@
   retried within the retry budget and succeeds once the server is back (a pooled
   connection the restart killed fails before any COMMIT and is replaced), and every
   acknowledged append survives with its sequence, once. Run on a throwaway
-  PostgreSQL and MariaDB (:mod:`tests.throwaway`), never on the shared servers other
+  PostgreSQL and MariaDB (:mod:`tests.support.throwaway`), never on the shared servers other
   tests use; both a clean shutdown and a crash.
 * An exhausted pool gives a clear timeout error.
 
@@ -34,9 +34,9 @@ from chatledger import OutcomeUnknown, StorageUnavailable
 from chatledger.dsn import display
 from chatledger.zett import LedgerSessionStorage, codec
 
-from .backends import Servers
 from .conftest import Database
-from .throwaway import (
+from .support.backends import Servers
+from .support.throwaway import (
     HANG_POINTS,
     ROOT,
     LedgerState,
@@ -66,7 +66,7 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
 
 @contextlib.asynccontextmanager
 async def _writer(*command: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """A writer process (see :func:`tests.throwaway.writer_command`), killed on the way out."""
+    """A writer process (see :func:`tests.support.throwaway.writer_command`), killed on the way out."""
     process = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=ROOT
     )

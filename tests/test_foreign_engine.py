@@ -25,9 +25,9 @@ from chatledger.rein import LedgerSessionStore
 from chatledger.schema import raw_messages_table, sessions_table
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Servers
 from .conftest import Database
-from .throwaway import migrated_database, shared_server
+from .support.backends import Servers
+from .support.throwaway import migrated_database, shared_server
 
 
 async def _count(engine: Any, session_id: str) -> int:

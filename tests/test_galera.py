@@ -1,4 +1,4 @@
-"""chatledger on a 3-node MariaDB Galera cluster (local processes, ``tests/galera.py``).
+"""chatledger on a 3-node MariaDB Galera cluster (local processes, ``tests/support/galera.py``).
 
 Galera replicates every commit to all nodes before acknowledging it (certification:
 a write set that conflicts with one certified first is rolled back with error
@@ -34,10 +34,10 @@ from chatledger.tools.cli import run
 from chatledger.tools.stress import run_stress
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Server, fresh_name
-from .galera import GaleraCluster, galera_cluster
-from .race_workers import snapshot_at
-from .throwaway import ledger_state
+from .support.backends import Server, fresh_name
+from .support.galera import GaleraCluster, galera_cluster
+from .support.race_workers import snapshot_at
+from .support.throwaway import ledger_state
 
 pytestmark = pytest.mark.galera
 

@@ -12,7 +12,7 @@ In the manner of Jepsen and FoundationDB's simulation tests, a hypothesis
   up to three at once (``asyncio.gather``), on one session or several, where the
   model can still say what each may return.
 - **Faults:** on the server targets some stores connect through
-  :mod:`tests.proxy`, which drops a connection before or after the server answered
+  :mod:`tests.support.proxy`, which drops a connection before or after the server answered
   its COMMIT, or drops it and refuses connections for a while (a store with a short
   retry budget then raises ``OutcomeUnknown``); on every target, calls are
   cancelled after a random 0-20 ms. An ambiguous call (``OutcomeUnknown``, a
@@ -21,7 +21,7 @@ In the manner of Jepsen and FoundationDB's simulation tests, a hypothesis
   a checkpoint, create, delete or rein save by reading back (each carries content of
   its own). ``StorageUnavailable`` promises nothing was committed: that is checked
   before the call is repeated.
-- **Checked after every step** (:mod:`tests.history_model`): every session's
+- **Checked after every step** (:mod:`tests.support.history_model`): every session's
   counter row, raw log, checkpoint, summary and rein row equal the model's: no
   acknowledged write lost or duplicated, sequences gap-free per generation and never
   reused, checkpoint versions and ids never reused, no deleted session back; every
@@ -85,9 +85,10 @@ from chatledger.tools.transfer import ImportReport, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
-from .history_model import Checkpoint, Message, ReinModel, ZettModel
-from .proxy import Proxy
+from .support.facts import facts_of
+from .support.fresh import fresh_database
+from .support.history_model import Checkpoint, Message, ReinModel, ZettModel
+from .support.proxy import Proxy
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "10"))
 STEPS = int(os.environ.get("CHATLEDGER_HISTORY_STEPS", "20"))
@@ -195,7 +196,7 @@ class World:
         reading back say whether it was applied. Fails, naming them, when transactions
         stay open for :data:`QUIESCE_WITHIN` seconds (a transaction leaked, holding its
         locks)."""
-        if self.database.backend == "sqlite":
+        if facts_of(self.database.backend).file_write_lock:
             # The write lock: granted once a writer still committing is done.
             await self.observer.ledger.write(_nothing)
             return
@@ -233,7 +234,7 @@ async def _rows(conn: AsyncConnection, query: Any) -> list[Any]:
 
 
 class HistoryProxy(Proxy):
-    """:class:`tests.proxy.Proxy`, which also drops the server's side when the client's
+    """:class:`tests.support.proxy.Proxy`, which also drops the server's side when the client's
     side of a connection fails (a reset): a client that aborts its socket -- as a
     cancelled call's driver may -- is gone, and a real network lets the server see it.
     (``Proxy`` keeps that server connection open, so its transaction holds its locks

@@ -16,9 +16,9 @@ from sqlalchemy.engine import URL
 from chatledger import VersionConflict
 from chatledger.rein import LedgerSessionStore
 
-from .backends import Servers
-from .proxy import running_proxy
-from .throwaway import migrated_database, shared_server
+from .support.backends import Servers
+from .support.proxy import running_proxy
+from .support.throwaway import migrated_database, shared_server
 
 #: Seconds any single wait may take before the test fails.
 TIMEOUT = 60.0

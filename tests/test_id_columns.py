@@ -32,7 +32,7 @@ from chatledger.types import Id, UTCDateTime
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import fresh_database, on_connection
+from .support.schema_helpers import fresh_database, on_connection
 
 #: The three ids that must stay three: as given, with a trailing space, in upper case.
 VARIANTS = ("x", "x ", "X")

@@ -32,7 +32,7 @@ from chatledger.schema import raw_messages_table, rein_sessions_table, sessions_
 from chatledger.zett import LedgerSessionStorage, codec
 
 from .conftest import Database
-from .schema_helpers import drift, fresh_database, on_connection
+from .support.schema_helpers import drift, fresh_database, on_connection
 
 REVISION = "0002"
 NEW_COLUMNS = {"agent_sessions": {"deleted_at", "base_sequence"}, "rein_sessions": {"write_id"}}

@@ -25,7 +25,7 @@ from chatledger.engine import Ledger
 from chatledger.migrate import SchemaState, database_state, head_revision, revisions, upgrade_database
 
 from .conftest import Database
-from .schema_helpers import (
+from .support.schema_helpers import (
     BOOKKEEPING,
     SCHEMA_TABLES,
     alembic_ini,
@@ -110,6 +110,7 @@ def fixed(location: Path) -> None:
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.requires("transactional_ddl")
 async def test_failed_revision_leaves_database_as_it_was(
     entry: str,
     database: Database,
@@ -118,8 +119,6 @@ async def test_failed_revision_leaves_database_as_it_was(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if database.backend == "mysql":
-        pytest.skip("MySQL/MariaDB have no transactional DDL: see test_mysql_failed_revision_is_not_undone")
     assert await upgrade_database(fresh_url, head_revision(), script_location=location) == head_revision()
     before = await on_connection(fresh_url, fingerprint)
     assert set(before) == SCHEMA_TABLES | BOOKKEEPING
@@ -134,6 +133,7 @@ async def test_failed_revision_leaves_database_as_it_was(
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.requires("transactional_ddl")
 async def test_failed_first_upgrade_leaves_database_empty(
     entry: str,
     database: Database,
@@ -144,8 +144,6 @@ async def test_failed_first_upgrade_leaves_database_empty(
 ) -> None:
     """From nothing, the shipped revisions and the failing one run in one transaction: nothing stays,
     not even the version table."""
-    if database.backend == "mysql":
-        pytest.skip("MySQL/MariaDB have no transactional DDL: see test_mysql_failed_revision_is_not_undone")
     assert not await upgrade_via(entry, fresh_url, location, tmp_path, monkeypatch)
     assert await on_connection(fresh_url, table_names) == set()
 
@@ -154,6 +152,7 @@ async def test_failed_first_upgrade_leaves_database_empty(
     assert await database_state(fresh_url, location) == SchemaState("9001", "9001")
 
 
+@pytest.mark.requires("ddl_commits_each_statement")
 async def test_mysql_failed_revision_is_not_undone(
     database: Database, fresh_url: URL, location: Path
 ) -> None:
@@ -161,8 +160,6 @@ async def test_mysql_failed_revision_is_not_undone(
     the version row stays at the last revision that completed (with its compatibility
     record), the schema lock is released, and the next upgrade stops at the first
     statement already applied until someone repairs the database by hand."""
-    if database.backend != "mysql":
-        pytest.skip("the transactional backends undo a failed revision")
     await upgrade_database(fresh_url, head_revision(), script_location=location)
 
     with pytest.raises(DatabaseError, match="no_such_column"):

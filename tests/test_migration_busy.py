@@ -21,7 +21,7 @@ from chatledger import SchemaNotReady, migrate
 from chatledger.migrate import database_revision, head_revision
 
 from .conftest import Database
-from .schema_helpers import fresh_database
+from .support.schema_helpers import fresh_database
 
 #: Longer than any bounded wait here: a guard so that an unbounded wait fails the test
 #: instead of hanging it (not a timing assertion).

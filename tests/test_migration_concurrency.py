@@ -29,10 +29,10 @@ from chatledger.migrate import (
 )
 from chatledger.tools.cli import run
 
-from .backends import Servers, fresh_name
 from .conftest import Database
-from .migration_workers import UpgradeCounter, first_call, upgrade_at_once
-from .schema_helpers import (
+from .support.backends import Servers, fresh_name
+from .support.migration_workers import UpgradeCounter, first_call, upgrade_at_once
+from .support.schema_helpers import (
     BOOKKEEPING,
     SCHEMA_TABLES,
     drift,
@@ -41,7 +41,7 @@ from .schema_helpers import (
     on_connection,
     table_names,
 )
-from .throwaway import ThrowawayPgBouncer, pgbouncer_missing, require, shared_server
+from .support.throwaway import ThrowawayPgBouncer, pgbouncer_missing, require, shared_server
 
 PROCESSES = 8
 #: Generous upper bound for "does not hang".

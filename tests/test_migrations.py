@@ -28,7 +28,8 @@ from chatledger.migrate import (
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import (
+from .support.facts import facts_of
+from .support.schema_helpers import (
     ALEMBIC,
     BOOKKEEPING,
     SCHEMA_TABLES,
@@ -78,7 +79,7 @@ async def test_unmigrated_database_is_refused_without_ddl(
     fresh_url: URL, backend: str, session_id: str
 ) -> None:
     # A server database is never migrated by the storage; SQLite only when told not to.
-    options = {"auto_upgrade": False} if backend == "sqlite" else {}
+    options = {} if facts_of(backend).server else {"auto_upgrade": False}
     async with LedgerSessionStorage(fresh_url, **options) as storage:
         with pytest.raises(SchemaNotReady, match="`chatledger upgrade --dsn ") as raised:
             await storage.append(session_id, "r", UserMessage(content="never stored"))
@@ -95,7 +96,7 @@ async def test_unmigrated_database_is_refused_without_ddl(
 async def test_database_behind_head_is_refused(fresh_url: URL, backend: str, session_id: str) -> None:
     await upgrade_database(fresh_url)
     await downgrade_database(fresh_url, "base")
-    options = {"auto_upgrade": False} if backend == "sqlite" else {}
+    options = {} if facts_of(backend).server else {"auto_upgrade": False}
     async with LedgerSessionStorage(fresh_url, **options) as storage:
         with pytest.raises(SchemaNotReady, match="`chatledger upgrade --dsn "):
             await storage.get_session(session_id)

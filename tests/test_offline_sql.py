@@ -30,8 +30,9 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
-from .throwaway import _which, require
+from .support.facts import facts_of
+from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
+from .support.throwaway import _which, require
 
 PASSWORD = "pw-Sekr1t-do-not-print"
 
@@ -157,7 +158,7 @@ async def test_script_waits_for_the_schema_lock_and_stops_before_any_change(
     lock timeout, then the client stops with an error, and nothing was created."""
     script = await render(capsys, "--dsn", dsn_of(scripted), "--lock-timeout", "1")
     empty = await on_connection(scripted, catalog)
-    if backend == "sqlite":
+    if facts_of(backend).file_write_lock:
         holder = sqlite3.connect(str(scripted.database), isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
         try:

@@ -37,9 +37,9 @@ from chatledger.tools.cli import CHECK_PAST_COUNTER, run
 from chatledger.zett import LedgerSessionStorage, codec
 
 from .conftest import Database
-from .fresh import fresh_database
-from .schema_helpers import dsn_of, execute, on_connection
-from .zett_data import write_zett_sessions, zett_url
+from .support.fresh import fresh_database
+from .support.schema_helpers import dsn_of, execute, on_connection
+from .support.zett_data import write_zett_sessions, zett_url
 
 
 @pytest.fixture(autouse=True)

@@ -29,8 +29,8 @@ from zett_agent.messages import UserMessage
 from chatledger import ConfigurationError
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Servers
-from .throwaway import (
+from .support.backends import Servers
+from .support.throwaway import (
     ThrowawayPgBouncer,
     ledger_state,
     migrated_database,

@@ -17,8 +17,8 @@ from chatledger import StorageUnavailable
 from chatledger.dsn import resolve_dsn
 from chatledger.engine import Ledger
 
-from .backends import Servers
-from .throwaway import migrated_database, shared_server
+from .support.backends import Servers
+from .support.throwaway import migrated_database, shared_server
 
 DRIVERS = ["asyncpg", "psycopg"]
 

@@ -34,8 +34,8 @@ from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, upgrade_datab
 from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Server, Servers, fresh_name
-from .throwaway import shared_server
+from .support.backends import Server, Servers, fresh_name
+from .support.throwaway import shared_server
 
 #: Statements that change the schema or the grants; the runtime sends none of them.
 DDL = ("CREATE", "ALTER", "DROP", "TRUNCATE", "GRANT", "REVOKE", "RENAME")

@@ -1,4 +1,8 @@
-"""chatledger.rein.LedgerSessionStore on every backend, driven by rein's MockProvider."""
+"""chatledger.rein.LedgerSessionStore on every backend, driven by rein's MockProvider.
+
+The conformance suite of rein's ``SessionStore`` (:mod:`chatledger.testing.rein`) runs
+here (:class:`TestReinContract`); the tests below add what only chatledger promises:
+versions, async twins, limits, listing and the write log."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from chatledger.rein import LedgerSessionStore, ReinSessionInfo, VersionedSessio
 from chatledger.rein.store import WRITE_LOG_PRUNE_EVERY, WRITE_LOG_RETENTION, _settle_save
 from chatledger.schema import rein_sessions_table
 from chatledger.schema import rein_writes_table as writes
+from chatledger.testing import ReinStoreContract
+from chatledger.testing.rein import tool_agent
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
@@ -48,18 +54,8 @@ def dsn_of(database: Database) -> str:
     return database.url.render_as_string(hide_password=False)
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def tool_agent(**options: Any) -> Agent:
-    """An agent whose model asks for add(1, 2) once, then answers."""
-    provider = MockProvider(
-        [[ToolCall(id="call-1", name="add", arguments={"a": 1, "b": 2})], "1 + 2 = 3"],
-        usage_per_call=Usage(input_tokens=7, output_tokens=3, cost_usd=0.125),
-    )
-    return Agent(provider=provider, tools=[add], system="You add numbers.", **options)
+class TestReinContract(ReinStoreContract):
+    """The conformance suite on chatledger's store, on every target (the ``store`` above)."""
 
 
 # -- the protocol and the three-line usage ----------------------------------------------
@@ -267,25 +263,6 @@ async def test_tool_calls_usage_and_stop_reason_round_trip(store: LedgerSessionS
     assert loaded.stop_reason == "done"
 
 
-async def test_pending_tool_calls_round_trip_and_resume(store: LedgerSessionStore, conv_id: str) -> None:
-    agent = tool_agent(config=LoopConfig(permission="ask"))
-    chat = agent.chat()
-    result = await chat.asend("What is 1 + 2?")
-    assert result.status == "interrupted"
-    assert chat.session.pending_tool_calls
-    store.save(conv_id, chat.session)
-    loaded = store.load(conv_id)
-    assert loaded == chat.session
-    assert loaded is not None
-    assert loaded.stage == rein.Stage.RUN_TOOLS
-    assert loaded.stop_reason == "interrupted"
-    # Another process would resume from exactly this state.
-    resumed = await agent.aresume(loaded, approve=True)
-    assert resumed.output == "1 + 2 = 3"
-    store.save(conv_id, resumed.session)
-    assert store.load(conv_id) == resumed.session
-
-
 async def test_circuit_stop_reason_round_trip(store: LedgerSessionStore, conv_id: str) -> None:
     chat = tool_agent(config=LoopConfig(max_iterations=1)).chat()
     result = await chat.asend("What is 1 + 2?")
@@ -314,29 +291,6 @@ async def test_compacted_sessions_round_trip(
     assert chat.session.messages[0].content == "system prompt"
     if isinstance(compaction, SummarizeCompaction):
         assert any(m.content.startswith("[历史摘要]") for m in chat.session.messages)
-
-
-def test_large_unicode_session_round_trip(store: LedgerSessionStore, conv_id: str) -> None:
-    """Past MySQL's 64 KiB TEXT, with characters every backend must keep exactly."""
-    text = 'Grüße 你好 🦜 "quoted" \\back\\slash\n\tend \x00 \u2028 ' * 4000
-    session = Session(
-        messages=[
-            rein.Message(role="user", content=text),
-            rein.Message(
-                role="assistant",
-                tool_calls=[
-                    ToolCall(id="ü-1", name="lookup", arguments={"q": text[:500], "n": [1, 2.5, None]})
-                ],
-            ),
-        ],
-        pending_tool_calls=[ToolCall(id="ü-1", name="lookup", arguments={"nested": {"deep": [True, {}]}})],
-        usage=Usage(input_tokens=2**40, output_tokens=3, cost_usd=1e-9),
-        last_signature="lookup:{}",
-        repeat_count=2,
-    )
-    assert len(session.model_dump_json().encode()) > 200_000
-    store.save(conv_id, session)
-    assert store.load(conv_id) == session
 
 
 def test_too_large_for_the_server_is_refused(store: LedgerSessionStore, conv_id: str) -> None:
@@ -377,17 +331,6 @@ async def test_bad_ids_are_refused(store: LedgerSessionStore, bad_id: Any, error
         with pytest.raises(error, match="id"):
             await acall
     assert store.list_sessions(limit=1) == before
-
-
-def test_ids_are_exact(store: LedgerSessionStore, conv_id: str) -> None:
-    """Case, trailing spaces and path separators all count (MySQL collations fold them)."""
-    ids = [conv_id, conv_id.upper(), f"{conv_id} ", f"{conv_id}/../x", f"{conv_id}-ü", "x" * 255]
-    for n, each in enumerate(ids):
-        store.delete(each)
-        store.save(each, Session(iteration=n))
-    for n, each in enumerate(ids):
-        assert store.load(each) == Session(iteration=n)
-        store.delete(each)
 
 
 def test_not_a_session_is_refused(store: LedgerSessionStore, conv_id: str) -> None:

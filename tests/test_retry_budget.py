@@ -26,6 +26,7 @@ from chatledger.options import LedgerOptions
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 
 BUDGET = 2.0
 LOCK_TIMEOUT = 1.0
@@ -35,7 +36,7 @@ UPPER_BOUND = BUDGET + LOCK_TIMEOUT + 5
 
 async def _hold_lock(database: Database, session_id: str) -> AsyncIterator[None]:
     """Hold the session's counter row lock (the SQLite file's write lock) until resumed."""
-    if database.backend == "sqlite":
+    if facts_of(database.backend).file_write_lock:
         path = sqlite_file(database.url)
         holder = sqlite3.connect(str(path), isolation_level=None)
         try:

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from chatledger.migrate import alembic_config, imports_chatledger, revisions, upgrade_database
 
 from .conftest import Database
-from .schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, revision_file, script_directory
+from .support.schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, revision_file, script_directory
 
 GOLDEN = Path(__file__).with_name("golden")
 REVISION_FILES = sorted((MIGRATIONS / "versions").glob("*.py"))

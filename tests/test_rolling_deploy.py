@@ -33,7 +33,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import dsn_of, execute, fresh_database, revision_file, script_directory
+from .support.schema_helpers import dsn_of, execute, fresh_database, revision_file, script_directory
 
 HEAD = head_revision()
 HEAD_COMPATIBLE_FROM = revisions().compatible_from[HEAD]

@@ -21,7 +21,7 @@ from zett_agent.messages import UserMessage
 
 from chatledger.zett import LedgerSessionStorage
 
-from . import strategies as gen
+from .support import strategies as gen
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_PROPERTY_EXAMPLES", "40"))
 

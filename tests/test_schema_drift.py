@@ -22,8 +22,8 @@ from chatledger.migrate import schema_drift, upgrade_database
 from chatledger.tools.cli import run
 
 from .conftest import Database
-from .fresh import fresh_database
-from .schema_helpers import on_connection
+from .support.fresh import fresh_database
+from .support.schema_helpers import on_connection
 
 #: A change to a SQLite table's ``CREATE TABLE`` statement.
 Edit = Callable[[str], str]
@@ -489,14 +489,12 @@ async def test_check_exits_with_its_own_status_and_prints_the_fix(
     assert await run(["check", "--dsn", dsn]) == 0
 
 
+@pytest.mark.requires("connection_collations")
 async def test_sqlite_a_collation_chatledger_does_not_know_is_drift(migrated: URL, backend: str) -> None:
     """SQLite: a column under an application's own collation (registered on its
     connections, unknown to chatledger's) is found, named, and rebuilt without it."""
     from sqlalchemy import create_engine, event
     from sqlalchemy.pool import NullPool
-
-    if backend != "sqlite":
-        pytest.skip("SQLite's column collations")
 
     def folded(left: str, right: str) -> int:
         return (left.lower() > right.lower()) - (left.lower() < right.lower())

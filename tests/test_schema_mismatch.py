@@ -28,7 +28,7 @@ from chatledger.rein import LedgerSessionStore
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .schema_helpers import execute, fresh_database
+from .support.schema_helpers import execute, fresh_database
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from chatledger.tools.sessions import parse_age
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
-from .zett_data import write_sessions
+from .support.fresh import fresh_database
+from .support.zett_data import write_sessions
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ from sqlalchemy import text
 from chatledger import dialects
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import TARGETS
-from .capabilities import CAPABILITIES, missing
 from .conftest import Database
+from .support.backends import TARGETS
+from .support.capabilities import CAPABILITIES, missing
 
 
 async def test_the_database_runs_on_its_targets_server(database: Database) -> None:

@@ -39,10 +39,11 @@ from chatledger.tools.cli import run
 from chatledger.tools.transfer import FormatError, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import BACKENDS, Servers
 from .conftest import Database
-from .fresh import fresh_database
-from .zett_data import read_back, write_sessions
+from .support.backends import BACKENDS, Servers
+from .support.facts import facts_of
+from .support.fresh import fresh_database
+from .support.zett_data import read_back, write_sessions
 
 REIN_IDS = ["rein-one", "rein-two"]
 
@@ -64,7 +65,7 @@ async def target(request: pytest.FixtureRequest, servers: Servers, tmp_path: Pat
     """A fresh migrated database of each backend, as the destination."""
     backend: str = request.param
     server = None
-    if backend != "sqlite":
+    if facts_of(backend).server:
         found = servers.get(backend)
         if isinstance(found, str):
             pytest.skip(f"{backend} unavailable: {found}")
@@ -404,7 +405,7 @@ async def test_a_copy_into_an_unmigrated_database_names_it_and_prints_nothing(
         pytest.skip("a SQLite target upgrades itself on first use")
     await fill(source)
     async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
-        if database.backend == "postgresql":  # this server trusts local logins: any password does
+        if facts_of(database.backend).trusts_local_logins:  # any password does
             target = target.set(password="pw-Sekr1t-do-not-print")
         assert await run(["copy", "--from", dsn_of(source), "--to", dsn_of(target)]) == 2
         captured = capsys.readouterr()

@@ -40,13 +40,13 @@ from chatledger.tools.rows import Record
 from chatledger.tools.transfer import copy, import_file
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Server
 from .conftest import Database
-from .fresh import fresh_database
-from .proxy import running_proxy
-from .schema_helpers import execute
+from .support.backends import Server
+from .support.fresh import fresh_database
+from .support.proxy import running_proxy
+from .support.schema_helpers import execute
+from .support.throwaway import ThrowawayMariaDB, require
 from .test_transfer import dsn_of, export_of, fill, source, write_file
-from .throwaway import ThrowawayMariaDB, require
 
 __all__ = ["source"]  # a fixture, used by name
 

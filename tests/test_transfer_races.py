@@ -32,9 +32,9 @@ from chatledger.tools.spool import Spool
 from chatledger.tools.transfer import import_file
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import serializable_postgres
 from .conftest import Database
-from .fresh import fresh_database
+from .support.backends import serializable_postgres
+from .support.fresh import fresh_database
 from .test_transfer import dsn_of, export_of, fill, small_pages, source, write_file
 
 __all__ = ["small_pages", "source"]  # fixtures, used by name

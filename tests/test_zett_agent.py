@@ -29,7 +29,7 @@ from zett_agent.tools.base import tool
 from chatledger.zett import LedgerSessionExtension, LedgerSessionStorage
 
 from .conftest import Database
-from .scripted import ScriptedModel
+from .support.scripted import ScriptedModel
 
 SYSTEM_PROMPT = "You are a terse test assistant."
 

@@ -1,4 +1,4 @@
-"""The conformance suite (:mod:`tests.zett_contract`) on zett-agent's own SQL store.
+"""The conformance suite (:mod:`chatledger.testing.zett`) on zett-agent's own SQL store.
 
 It shows the suite is implementation-neutral, and marks each place where chatledger
 differs from zett's own store on purpose (each an ``xfail`` with the reason, strict,
@@ -8,15 +8,13 @@ table "Where it differs from zett-agent's own store"; keep the two in step.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import zett_contract
-from .zett_contract import *  # noqa: F403 -- the conformance suite runs here, on zett's own store
+from chatledger.testing import ZettStorageContract, expected_to_differ
 
 #: Where chatledger differs from zett-agent's own store on purpose: the README row's
 #: behaviour cell ("Where it differs from zett-agent's own store") and the reason.
@@ -42,18 +40,22 @@ DIFFERENCES = {
 }
 
 
-def _differs(test: Callable[..., Awaitable[None]], reason: str) -> Callable[..., Awaitable[None]]:
-    """``test`` expected to fail here, without marking the shared function itself."""
+class TestOnZettsOwnStore(ZettStorageContract):
+    """The conformance suite on zett's ``SQLSessionStorage`` (an SQLite file per test)."""
 
-    @functools.wraps(test)
-    async def expected_to_fail(*args: Any, **kwargs: Any) -> None:
-        await test(*args, **kwargs)
+    @pytest.fixture
+    async def storage(self, tmp_path: Path) -> AsyncIterator[Any]:
+        from zett_agent.storage import SQLSessionStorage
 
-    return pytest.mark.xfail(reason=reason, strict=True)(expected_to_fail)
+        opened = SQLSessionStorage(f"sqlite+aiosqlite:///{tmp_path / 'zett.sqlite3'}")
+        try:
+            yield opened
+        finally:
+            await opened.close()
 
 
 for _name, (_, _reason) in DIFFERENCES.items():
-    globals()[_name] = _differs(getattr(zett_contract, _name), _reason)
+    setattr(TestOnZettsOwnStore, _name, expected_to_differ(getattr(ZettStorageContract, _name), _reason))
 
 
 def test_each_difference_is_a_row_of_the_readme() -> None:
@@ -61,14 +63,3 @@ def test_each_difference_is_a_row_of_the_readme() -> None:
     table = readme.split("### Where it differs from zett-agent's own store", 1)[1].split("\n## ", 1)[0]
     for row, _ in DIFFERENCES.values():
         assert f"\n| {row} |" in table, row
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> AsyncIterator[Any]:
-    from zett_agent.storage import SQLSessionStorage
-
-    opened = SQLSessionStorage(f"sqlite+aiosqlite:///{tmp_path / 'zett.sqlite3'}")
-    try:
-        yield opened
-    finally:
-        await opened.close()

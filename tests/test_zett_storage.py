@@ -1,7 +1,7 @@
 """``LedgerSessionStorage`` against zett-agent's ``SessionStorage`` contract, on every backend.
 
-The implementation-neutral conformance suite (:mod:`tests.zett_contract`) runs here,
-through the ``storage`` / ``database`` fixtures; the tests below add what only
+The implementation-neutral conformance suite (:mod:`chatledger.testing.zett`) runs here
+(:class:`TestZettContract`), through the ``storage`` / ``database`` fixtures; the tests below add what only
 chatledger promises or can show: the rows it stores, its races and limits. The
 backends share one database each, so every test uses its own session ids.
 """
@@ -30,12 +30,17 @@ from zett_agent.model import ModelUsage
 
 from chatledger import SessionDeleted, SnapshotConflict, VersionConflict
 from chatledger.schema import raw_messages_table, sessions_table, snapshots_table
+from chatledger.testing import ZettStorageContract
+from chatledger.testing.zett import all_session_ids, append_users, rich_messages, summary_of, tail_sequences
 from chatledger.types import MAX_ID_LENGTH
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .zett_contract import *  # noqa: F403 -- the conformance suite runs here, on chatledger
-from .zett_contract import all_session_ids, append_users, rich_messages, summary_of, tail_sequences
+
+
+class TestZettContract(ZettStorageContract):
+    """The conformance suite on chatledger's store, on every target (conftest's ``storage``)."""
+
 
 # -- helpers --------------------------------------------------------------------------
 

@@ -1,23 +1,25 @@
-"""A conformance suite for zett-agent's session storage contract, for any implementation.
+"""The conformance suite of zett-agent's session storage contract, for any implementation.
 
 The contract is ``zett_agent.extensions.persistence.SessionStorage`` (``load``,
 ``append``, ``snapshot``) and the extras of zett's own ``SQLSessionStorage``
 (``create_session``, ``get_session``, ``update_session``, ``delete_session``,
 ``list_sessions``, ``list_raw_messages``, ``count_messages``). The tests here use
-nothing else, so another implementation runs them by importing this module into a
-test module of its own and providing two fixtures:
+nothing else, so another implementation runs them by subclassing
+:class:`ZettStorageContract` in a test module of its own and providing a fixture:
 
 * ``storage``: the implementation, on a database it may share with other tests;
-* ``session_id``: a session id no other test uses.
+* ``session_id`` (given by the class; override it if ids must look otherwise): a
+  session id no other test uses.
 
-``tests/test_zett_storage.py`` runs them on chatledger, on every backend;
-``tests/test_zett_contract_on_zett.py`` runs them on zett-agent's own store, which
-marks where the two differ on purpose.
+chatledger runs them on its own store on every backend (``tests/test_zett_storage.py``)
+and on zett-agent's own store (``tests/test_zett_contract_on_zett.py``), which marks
+where the two differ on purpose.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -39,6 +41,8 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 from zett_agent.storage import MessageKind
+
+__all__ = ["TESTS", "ZettStorageContract"]
 
 #: A zett ``SessionStorage`` with the extras of zett's own SQL store.
 ContractStorage = Any
@@ -213,7 +217,7 @@ async def test_request_id_is_not_an_idempotency_key(storage: ContractStorage, se
 async def test_snapshot_refuses_non_checkpoint_message(storage: ContractStorage, session_id: str) -> None:
     await append_users(storage, session_id, 1)
     with pytest.raises(ValueError, match="CompactedMessage"):
-        await storage.snapshot(session_id, UserMessage(content="not a summary"), 1, 0)  # type: ignore[arg-type]
+        await storage.snapshot(session_id, UserMessage(content="not a summary"), 1, 0)
     with pytest.raises(ValueError, match=r"(?i)checkpoint"):
         await storage.append(session_id, "r", summary_of("belongs in snapshot()"))
     assert await storage.count_messages(session_id) == 1
@@ -431,7 +435,7 @@ async def test_list_raw_messages(storage: ContractStorage, session_id: str) -> N
     await append_users(storage, session_id, 10)
 
     async def sequences(**bounds: object) -> list[int]:
-        return tail_sequences(await storage.list_raw_messages(session_id, **bounds))  # type: ignore[arg-type]
+        return tail_sequences(await storage.list_raw_messages(session_id, **bounds))
 
     assert await sequences() == list(range(1, 11))
     assert await sequences(after_sequence=3) == list(range(4, 11))
@@ -544,9 +548,9 @@ async def test_bad_ids_are_refused_before_writing(storage: ContractStorage, sess
         with pytest.raises(ValueError, match="parent_session_id"):
             await storage.append(session_id, "r", UserMessage(content="x"), parent_session_id=bad)
     with pytest.raises(TypeError, match="session_id"):
-        await storage.append(42, "r", UserMessage(content="x"))  # type: ignore[arg-type]
+        await storage.append(42, "r", UserMessage(content="x"))
     with pytest.raises(TypeError, match="message"):
-        await storage.append(session_id, "r", "plain text")  # type: ignore[arg-type]
+        await storage.append(session_id, "r", "plain text")
     with pytest.raises(ValueError, match="usage"):
         await storage.append(session_id, "r", UserMessage(content="x"), usage=ModelUsage(1, 1))
     with pytest.raises(ValueError, match="tags"):
@@ -569,3 +573,36 @@ async def test_awkward_text_round_trips(storage: ContractStorage, session_id: st
     assert [record.message for record in records] == messages
     assert all(record.metadata == {"text": text[:50]} for record in records)
     assert all(record.tags == {"k\x00": "v\x00"} for record in records)
+
+
+# -- the entry point --------------------------------------------------------------------
+
+#: The contract's tests by name: the ``test_*`` functions above, in their order.
+TESTS: dict[str, Callable[..., Awaitable[None]]] = {
+    name: test for name, test in list(globals().items()) if name.startswith("test_") and callable(test)
+}
+
+
+class ZettStorageContract:
+    """The contract's tests as methods: subclass it as ``Test<YourStore>`` and give a
+    ``storage`` fixture (pytest-asyncio in auto mode runs the coroutine tests)::
+
+        class TestMyStorage(ZettStorageContract):
+            @pytest.fixture
+            async def storage(self) -> AsyncIterator[MyStorage]:
+                async with MyStorage(...) as opened:
+                    yield opened
+
+    A store that differs from the contract on purpose overrides that test with
+    :func:`expected_to_differ`, so that the difference stays visible and a change on
+    either side is noticed.
+    """
+
+    @pytest.fixture
+    def session_id(self) -> str:
+        """A session id no other test uses (the tests may share one database)."""
+        return f"s-{uuid.uuid4()}"
+
+
+for _name, _test in TESTS.items():
+    setattr(ZettStorageContract, _name, staticmethod(_test))

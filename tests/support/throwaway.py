@@ -8,7 +8,7 @@ afterwards; a test that needs PgBouncer runs its own ``pgbouncer`` the same way.
 Every wait has a timeout, and every process is killed on the way out, whatever
 the test did.
 
-Run as a module (``python -m tests.throwaway ...``) this file is also the writer
+Run as a module (``python -m tests.support.throwaway ...``) this file is also the writer
 process that the SIGKILL tests kill in the middle of a transaction.
 """
 
@@ -43,7 +43,7 @@ from .backends import Server, Servers, fresh_name, required_backends
 #: Seconds a server may take to start or stop before the test fails.
 SERVER_TIMEOUT = 60.0
 #: The repository root, the working directory of writer processes.
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -552,7 +552,7 @@ async def _loop(dsn: str, session_id: str) -> None:
 def writer_command(mode: str, dsn: str, session_id: str, point: str = "") -> list[str]:
     """The argv of a writer process: ``mode`` is ``hang`` (with a point of
     :data:`HANG_POINTS`) or ``loop``."""
-    return [sys.executable, "-m", "tests.throwaway", mode, dsn, session_id, point]
+    return [sys.executable, "-m", "tests.support.throwaway", mode, dsn, session_id, point]
 
 
 def main(argv: list[str]) -> None:

@@ -18,7 +18,7 @@ from chatledger.dsn import DSN_ENV, display, resolve_dsn
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
-from .throwaway import ROOT
+from ..support.throwaway import ROOT
 
 #: Passwords a user pastes unencoded: SQLAlchemy's make_url would cut each at its first
 #: "@" and take the rest for the host (or the database, or a query parameter).

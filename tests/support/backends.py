@@ -61,7 +61,7 @@ class Target:
     dialect: str
     #: The DSN variable naming the server, for a server of the user's own.
     variable: str | None = None
-    #: The container spec (``tests.containers.SPECS``) of a containerised server.
+    #: The container spec (``tests.support.containers.SPECS``) of a containerised server.
     container: str | None = None
     #: The server's major version, checked once it answers (containers only: a DSN
     #: server is whatever the user has).

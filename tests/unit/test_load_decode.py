@@ -36,8 +36,8 @@ from zett_agent.storage import decode_messages, encode_messages
 from chatledger import validate
 from chatledger.zett import codec
 
-from . import strategies as gen
-from .test_corrupt_rows import RAW_CORRUPTIONS
+from ..support import strategies as gen
+from ..test_corrupt_rows import RAW_CORRUPTIONS
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_PROPERTY_EXAMPLES", "40")) * 5
 decode_settings = settings(

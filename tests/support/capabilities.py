@@ -73,6 +73,36 @@ CAPABILITIES: dict[str, Capability] = {
     "snapshot_isolation_default": Capability(
         _mariadb_at_least(11, 8), lacking="innodb_snapshot_isolation is on by default from MariaDB 11.8"
     ),
+    # -- what a test's body used to skip on by the dialect's name ---------------------------
+    "case_folding_collations": only_on("mysql", lacking="case-folding collations are MySQL's"),
+    "schemas": only_on("postgresql", lacking="schemas within one database: PostgreSQL"),
+    "insert_returning": only_on(
+        "sqlite",
+        "postgresql",
+        lacking="MySQL has no INSERT .. RETURNING; the store tests above cover it",
+    ),
+    "default_transaction_read_only": only_on(
+        "postgresql", lacking="PostgreSQL's default_transaction_read_only"
+    ),
+    "session_read_only": only_on("mysql", lacking="a MySQL/MariaDB read-only transaction"),
+    "statement_time_limit": only_on("postgresql", "mysql", lacking="SQLite has no statement time limit"),
+    "transactional_ddl": only_on(
+        "sqlite",
+        "postgresql",
+        lacking="MySQL/MariaDB have no transactional DDL: see test_mysql_failed_revision_is_not_undone",
+    ),
+    "ddl_commits_each_statement": only_on(
+        "mysql", lacking="the transactional backends undo a failed revision"
+    ),
+    "language_collations": only_on(
+        "postgresql",
+        lacking="a PostgreSQL column may carry a language's collation; the other backends' ids are binary",
+    ),
+    "connection_collations": only_on("sqlite", lacking="SQLite's column collations"),
+    "catalog_read_after_lock_wait": only_on(
+        "postgresql",
+        lacking="the listing and the read share one snapshot on SQLite; MySQL's move commits its DDL",
+    ),
 }
 
 

@@ -24,12 +24,12 @@ from sqlalchemy.pool import NullPool
 from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, context_options, head_revision
 from chatledger.schema import metadata
 
+from ..conftest import Database
 from .backends import fresh_name
-from .conftest import Database
 
 T = TypeVar("T")
 
-REPO_ROOT = Path(__file__).parents[1]
+REPO_ROOT = Path(__file__).parents[2]
 MIGRATIONS = REPO_ROOT / "migrations"
 ALEMBIC = Path(sys.executable).parent / "alembic"
 SCHEMA_TABLES = frozenset(metadata.tables)

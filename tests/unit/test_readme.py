@@ -16,7 +16,7 @@ import pytest
 import chatledger
 from chatledger.tools.cli import COMMANDS, build_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 

@@ -1,6 +1,6 @@
 """A throwaway 3-node MariaDB Galera cluster of local ``mariadbd`` processes.
 
-Each node is a :class:`~tests.throwaway.ThrowawayMariaDB` (its own temporary data
+Each node is a :class:`~tests.support.throwaway.ThrowawayMariaDB` (its own temporary data
 directory and free loopback port) with the wsrep settings Galera needs:
 ``wsrep_on``, Debian's ``galera-4`` provider, row-based binary logging, interleaved
 auto-increment locks, and rsync state transfers. Every node listens for group
@@ -8,7 +8,7 @@ communication (gcomm), incremental state transfer (IST) and full state transfer
 (SST) on ports of its own on 127.0.0.1. The first node bootstraps the cluster
 (``--wsrep-new-cluster``); the others join it and receive its state by rsync.
 
-``python -m tests.galera`` starts a cluster, prints the node DSNs and waits (for
+``python -m tests.support.galera`` starts a cluster, prints the node DSNs and waits (for
 ``chatledger stress --dsn ... --dsn ... --cluster``), until Ctrl-C.
 """
 

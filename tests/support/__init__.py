@@ -1,0 +1,1 @@
+"""Test helpers: the test targets and their servers, throwaway servers, data builders."""
