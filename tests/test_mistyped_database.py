@@ -20,8 +20,8 @@ from sqlalchemy.engine import URL
 from chatledger import ConfigurationError
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Servers
-from .throwaway import migrated_database, shared_server
+from .support.backends import Servers
+from .support.throwaway import migrated_database, shared_server
 
 
 @pytest.fixture

@@ -24,11 +24,11 @@ from chatledger import dialects
 from chatledger.dialects import base
 from chatledger.tools.adopt import CONVERSIONS
 
-from .backends import ALL_TARGETS, DIALECTS, Target
+from ..support.backends import ALL_TARGETS, DIALECTS, Target
 
 PACKAGE = Path(chatledger.__file__).parent
 ROOT = PACKAGE.parents[1]
-GOLDEN = Path(__file__).with_name("golden")
+GOLDEN = Path(__file__).parents[1] / "golden"
 #: Where no comparison with a dialect name may appear: the library and tools, and
 #: Alembic's env.py. Not chatledger/dialects/, where each backend is defined; not the
 #: frozen revisions (migrations/versions/*.py), which tests/test_revisions.py pins
@@ -80,10 +80,10 @@ def gaps(
         if not any(
             target.dialect == known.name and (target.driver or default) == known.driver for target in targets
         ):
-            lacks.append("a test target (tests/backends.py ALL_TARGETS)")
+            lacks.append("a test target (tests/support/backends.py ALL_TARGETS)")
         if known.driver == default:
             if known.name not in DIALECTS:
-                lacks.append("a dialect of the test matrix (tests/backends.py DIALECTS)")
+                lacks.append("a dialect of the test matrix (tests/support/backends.py DIALECTS)")
             lacks += [
                 f"golden DDL of revision {revision} (tests/golden/ddl_{revision}_{known.name}.sql)"
                 for revision, have in sorted(golden.items())
@@ -249,8 +249,8 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
             "field drop_database",
             "field analyze",
             "field server_version",
-            "a test target (tests/backends.py ALL_TARGETS)",
-            "a dialect of the test matrix (tests/backends.py DIALECTS)",
+            "a test target (tests/support/backends.py ALL_TARGETS)",
+            "a dialect of the test matrix (tests/support/backends.py DIALECTS)",
             "golden DDL of revision 0001 (tests/golden/ddl_0001_cockroachdb.sql)",
             "golden DDL of revision 0003 (tests/golden/ddl_0003_cockroachdb.sql)",
             "golden DDL of revision 0004 (tests/golden/ddl_0004_cockroachdb.sql)",
