@@ -56,7 +56,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import URL, Connection, ExceptionContext
+from sqlalchemy.engine import URL, Connection, Dialect, ExceptionContext
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -422,6 +422,92 @@ def _no_check(_conn: Connection) -> None:
     return None
 
 
+# -- what the tables take on disk (chatledger.stats) -------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageSize:
+    """What chatledger's tables take on disk, as the backend can tell it cheaply."""
+
+    #: Bytes of each table with its indexes (and PostgreSQL's TOAST), by table name; a
+    #: table the backend cannot size alone is left out.
+    tables: dict[str, int]
+    #: Bytes of all of them together (or, where only that is known, of the whole
+    #: SQLite file); ``None`` when unknown.
+    total: int | None
+    #: Where the figures come from, for the reader: exact or an estimate.
+    source: str
+
+
+#: Reads :class:`StorageSize` of the named tables, on a connection in its (read)
+#: transaction; never takes a lock a writer waits for.
+StorageSizer = Callable[[Connection, Sequence[str]], StorageSize]
+
+
+def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """``pg_total_relation_size`` (heap, indexes and TOAST) of each table the search path
+    finds: file sizes, no scan; its AccessShareLock blocks no writer."""
+    rows = conn.execute(
+        text(
+            "SELECT name, pg_total_relation_size(to_regclass(name)) AS size "
+            "FROM unnest(CAST(:names AS text[])) AS name"
+        ),
+        {"names": list(tables)},
+    )
+    found = {row.name: int(row.size) for row in rows if row.size is not None}
+    return StorageSize(found, sum(found.values()), "pg_total_relation_size (exact)")
+
+
+def _storage_size_mysql(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """``DATA_LENGTH + INDEX_LENGTH`` from ``information_schema.TABLES``: InnoDB's page
+    statistics, an estimate (MySQL 8 caches them for ``information_schema_stats_expiry``)."""
+    rows = conn.execute(
+        text(
+            "SELECT TABLE_NAME AS name, DATA_LENGTH + INDEX_LENGTH AS size FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN :names"
+        ).bindparams(bindparam("names", expanding=True)),
+        {"names": list(tables)},
+    )
+    found = {row.name: int(row.size) for row in rows if row.size is not None}
+    return StorageSize(found, sum(found.values()), "information_schema.TABLES data + index length (estimate)")
+
+
+def _storage_size_sqlite(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """The ``dbstat`` virtual table's page sizes per table and its indexes, when SQLite
+    is built with it (it walks the tables' pages: a read of the file, in the read
+    transaction, which blocks no writer in WAL mode); else only the file's size
+    (``page_count * page_size``)."""
+    has_dbstat = conn.scalar(
+        text("SELECT 1 FROM pragma_compile_options WHERE compile_options = 'ENABLE_DBSTAT_VTAB'")
+    )
+    if has_dbstat:
+        rows = conn.execute(
+            text(
+                "SELECT m.tbl_name AS name, SUM(d.pgsize) AS size FROM dbstat AS d "
+                "JOIN sqlite_schema AS m ON m.name = d.name "
+                "WHERE m.tbl_name IN :names GROUP BY m.tbl_name"
+            ).bindparams(bindparam("names", expanding=True)),
+            {"names": list(tables)},
+        )
+        found = {row.name: int(row.size) for row in rows if row.size is not None}
+        return StorageSize(found, sum(found.values()), "dbstat (exact pages)")
+    pages = int(conn.scalar(text("PRAGMA page_count")) or 0)
+    size = int(conn.scalar(text("PRAGMA page_size")) or 0)
+    return StorageSize({}, pages * size, "page_count * page_size (the whole file; SQLite without dbstat)")
+
+
+def _no_storage_size(_conn: Connection, _tables: Sequence[str]) -> StorageSize:
+    return StorageSize({}, None, "unknown")
+
+
+# -- OpenTelemetry's name of the backend (chatledger.telemetry) --------------------------
+
+
+def _db_system_mysql(dialect: Dialect) -> str:
+    """MariaDB is its own ``db.system.name``; SQLAlchemy tells it once connected."""
+    return "mariadb" if getattr(dialect, "is_mariadb", False) else "mysql"
+
+
 # -- the schema's collations, as the catalog has them (chatledger.drift) ----------------
 
 #: Each column of a table by name, with its character set and collation as the
@@ -679,6 +765,15 @@ class DialectRules:
     #: ``ALTER TABLE`` cannot change a column or a constraint: a schema fix rebuilds the
     #: table, copying its rows (SQLite; Alembic's batch mode).
     rebuilds_tables: bool = False
+
+    #: What chatledger's tables take on disk (:class:`StorageSize`, for
+    #: :mod:`chatledger.stats`): PostgreSQL's ``pg_total_relation_size``, MySQL's
+    #: ``information_schema.TABLES``, SQLite's ``dbstat`` (else the file's page count).
+    storage_size: StorageSizer = _no_storage_size
+    #: OpenTelemetry's ``db.system.name`` of the server behind a (connected) engine's
+    #: dialect, one of the semantic conventions' values (``postgresql``, ``mysql``,
+    #: ``mariadb``, ``sqlite``), for :mod:`chatledger.telemetry`.
+    db_system: Callable[[Dialect], str] = field(default=lambda dialect: "unknown")
 
     #: ``column IN values`` for a list of integers of any length, without one bound
     #: parameter per value (servers and drivers cap those: asyncpg at 32,767, SQLite
@@ -963,6 +1058,8 @@ RULES: dict[str, DialectRules] = {
         schema_codes=frozenset({"42703", "42P01"}),  # undefined_column, undefined_table
         missing_table_codes=frozenset({"42P01"}),  # undefined_table
         byte_order_collation="C",
+        storage_size=_storage_size_postgresql,
+        db_system=lambda dialect: "postgresql",
     ),
     "mysql": DialectRules(
         column_collations=_column_collations_mysql,
@@ -1016,9 +1113,13 @@ RULES: dict[str, DialectRules] = {
         too_large_codes=frozenset({1153}),
         schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
         missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
+        storage_size=_storage_size_mysql,
+        db_system=_db_system_mysql,
     ),
     "sqlite": DialectRules(
         append_message=_append_sqlite,
+        storage_size=_storage_size_sqlite,
+        db_system=lambda dialect: "sqlite",
         save_rein_session=_save_rein_sqlite,
         greatest=func.max,
         # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)

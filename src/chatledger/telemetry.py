@@ -1,0 +1,287 @@
+"""OpenTelemetry spans and metrics of the ledger's operations (the ``otel`` extra).
+
+Each operation of a store -- the zett storage's ``append``, ``load``, ``snapshot``,
+``delete_session`` and ``list_sessions``, the rein store's ``save``, ``load``,
+``delete`` and ``list_sessions`` -- is one span, ``chatledger.<framework>.<operation>``
+(kind ``INTERNAL``), and one measurement of the histogram
+``chatledger.operation.duration`` (seconds). Inside it, each retry of a transient
+failure and each settle (the lookup of a write whose COMMIT answer was lost) is an
+event on the span and a count (``chatledger.retries``, ``chatledger.settles``), and a
+write whose outcome stays unknown counts in ``chatledger.outcomes.unknown``.
+
+Attributes (OpenTelemetry's semantic-convention names where there is one):
+
+* ``gen_ai.conversation.id``: the session id (gen_ai conventions);
+* ``db.system.name`` (and the older ``db.system``): the backend, from
+  :attr:`chatledger.dialects.DialectRules.db_system`; ``db.namespace``: the database;
+  ``server.address`` / ``server.port``; ``db.operation.name``: the operation;
+  ``db.response.status_code``: a retried failure's code; ``db.response.returned_rows``;
+  ``error.type``: the class of the error that ended an operation;
+* ``chatledger.framework`` (``zett``, ``rein``); ``chatledger.sequence.first`` /
+  ``.last``: the raw-log sequences written or read; ``chatledger.generation.base_sequence``:
+  the last sequence of the id's earlier generations (0 in its first), where the
+  operation reads it; ``chatledger.checkpoint.version``; ``chatledger.version`` (rein).
+
+No message content, title, agent name or error message is ever recorded: error
+messages may quote stored values, so an error is recorded by its class only.
+
+Spans and metrics go to the *global* providers (``trace.get_tracer_provider()``,
+``metrics.get_meter_provider()``), as OpenTelemetry's instrumentation libraries do:
+an application's own set-up picks them up, and without one they are OpenTelemetry's
+no-ops. The tracer and instruments are made again when the global provider changes.
+
+Without ``opentelemetry-api`` installed, :func:`operation` is a function returning
+one shared do-nothing context manager, and the hooks are empty functions: the choice
+is made once, at import.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Final, Protocol
+from weakref import WeakKeyDictionary
+
+from . import __version__
+
+if TYPE_CHECKING:
+    from .engine import Ledger
+
+#: An attribute's value, as OpenTelemetry takes them.
+AttributeValue = str | bool | int | float
+
+try:
+    from opentelemetry import metrics as _metrics
+    from opentelemetry import trace as _trace
+
+    #: Whether opentelemetry-api is installed (decided once, here).
+    ENABLED = True
+except ImportError:  # the otel extra is not installed: every hook below is a no-op
+    ENABLED = False
+
+#: The instrumentation scope's name (the tracer's and the meter's).
+SCOPE = "chatledger"
+#: Bucket boundaries of the duration histogram, in seconds: OpenTelemetry's advice for
+#: ``db.client.operation.duration``.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+
+class Recorder(Protocol):
+    """What an operation's code records on its span while it runs."""
+
+    def sequences(self, first: int, last: int) -> None:
+        """The raw-log sequences written or read, ``first..last`` inclusive (none: ``first > last``)."""
+
+    def set(self, name: str, value: AttributeValue) -> None:
+        """One more attribute (never message content)."""
+
+
+class _NoRecorder:
+    """The recorder, and the context manager, of the no-op path: one shared instance."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NoRecorder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def sequences(self, first: int, last: int) -> None:
+        return None
+
+    def set(self, name: str, value: AttributeValue) -> None:
+        return None
+
+
+_NOTHING: Final = _NoRecorder()
+
+
+def _no_operation(
+    ledger: Ledger, framework: str, name: str, session_id: str | None = None
+) -> AbstractContextManager[Recorder]:
+    return _NOTHING
+
+
+def _no_retry(ledger: Ledger, code: str | int | None, attempt: int, wait: float) -> None:
+    return None
+
+
+def _no_settle(ledger: Ledger, found: bool) -> None:
+    return None
+
+
+def _no_unknown(ledger: Ledger) -> None:
+    return None
+
+
+# -- the OpenTelemetry path --------------------------------------------------------------
+
+
+class _Instruments:
+    """The tracer and instruments of one pair of global providers."""
+
+    def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.tracer = _trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
+        meter = _metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+        self.duration = meter.create_histogram(
+            "chatledger.operation.duration",
+            unit="s",
+            description="Duration of a chatledger store operation, its retries and settles included",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+        self.retries = meter.create_counter(
+            "chatledger.retries",
+            unit="{retry}",
+            description="Transactions tried again after a transient failure",
+        )
+        self.settles = meter.create_counter(
+            "chatledger.settles",
+            unit="{settle}",
+            description="Lookups of a write whose COMMIT answer was lost",
+        )
+        self.unknown = meter.create_counter(
+            "chatledger.outcomes.unknown",
+            unit="{write}",
+            description="Writes whose outcome stayed unknown (OutcomeUnknown raised)",
+        )
+
+
+_current: _Instruments | None = None
+
+
+def _instruments() -> _Instruments:
+    """The instruments of the global providers now in place (made again after a change:
+    an application that sets its providers after importing chatledger, a test)."""
+    global _current
+    tracer_provider = _trace.get_tracer_provider()
+    meter_provider = _metrics.get_meter_provider()
+    found = _current
+    if found is None or (found.tracer_provider, found.meter_provider) != (tracer_provider, meter_provider):
+        found = _current = _Instruments(tracer_provider, meter_provider)
+    return found
+
+
+#: The attributes of each ledger's database, once its engine has connected.
+_DATABASES: WeakKeyDictionary[Ledger, dict[str, AttributeValue]] = WeakKeyDictionary()
+
+
+def _database(ledger: Ledger) -> dict[str, AttributeValue]:
+    """``db.system.name`` and the rest naming the database; kept once the engine has
+    connected (the backend object may only tell MariaDB from MySQL then)."""
+    found = _DATABASES.get(ledger)
+    if found is not None:
+        return found
+    dialect = ledger.engine.dialect
+    system = ledger.rules.db_system(dialect)
+    url = ledger.url
+    found = {"db.system.name": system, "db.system": system}
+    if url.database:
+        found["db.namespace"] = url.database
+    if url.host:
+        found["server.address"] = url.host
+    if url.port:
+        found["server.port"] = url.port
+    if dialect.server_version_info is not None:
+        _DATABASES[ledger] = found
+    return found
+
+
+class _Recorder:
+    __slots__ = ("span",)
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+
+    def sequences(self, first: int, last: int) -> None:
+        if first <= last:
+            self.span.set_attribute("chatledger.sequence.first", first)
+            self.span.set_attribute("chatledger.sequence.last", last)
+
+    def set(self, name: str, value: AttributeValue) -> None:
+        self.span.set_attribute(name, value)
+
+
+@contextmanager
+def _operation(
+    ledger: Ledger, framework: str, name: str, session_id: str | None = None
+) -> Iterator[Recorder]:
+    instruments = _instruments()
+    attributes: dict[str, AttributeValue] = {"chatledger.framework": framework, "db.operation.name": name}
+    if session_id is not None:
+        attributes["gen_ai.conversation.id"] = session_id
+    started = time.perf_counter()
+    error_type: str | None = None
+    # Exceptions are recorded by class only (error.type): their messages may quote
+    # stored values.
+    with instruments.tracer.start_as_current_span(
+        f"chatledger.{framework}.{name}",
+        kind=_trace.SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield _Recorder(span)
+        except BaseException as error:
+            error_type = type(error).__qualname__
+            span.set_attribute("error.type", error_type)
+            span.set_status(_trace.StatusCode.ERROR)
+            raise
+        finally:
+            database = _database(ledger)
+            span.set_attributes(database)
+            measured: dict[str, AttributeValue] = {
+                "chatledger.framework": framework,
+                "db.operation.name": name,
+                **database,
+            }
+            if error_type is not None:
+                measured["error.type"] = error_type
+            instruments.duration.record(time.perf_counter() - started, measured)
+
+
+def _metric_attributes(ledger: Ledger, extra: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    return {"db.system.name": _database(ledger)["db.system.name"], **extra}
+
+
+def _retry(ledger: Ledger, code: str | int | None, attempt: int, wait: float) -> None:
+    instruments = _instruments()
+    event: dict[str, AttributeValue] = {"chatledger.attempt": attempt, "chatledger.retry.wait": wait}
+    if code is not None:
+        event["db.response.status_code"] = str(code)
+    _trace.get_current_span().add_event("chatledger.retry", event)
+    instruments.retries.add(1, _metric_attributes(ledger, {}))
+
+
+def _settle(ledger: Ledger, found: bool) -> None:
+    instruments = _instruments()
+    _trace.get_current_span().add_event("chatledger.settle", {"chatledger.settle.found": found})
+    instruments.settles.add(1, _metric_attributes(ledger, {"chatledger.settle.found": found}))
+
+
+def _unknown(ledger: Ledger) -> None:
+    instruments = _instruments()
+    _trace.get_current_span().add_event("chatledger.outcome_unknown")
+    instruments.unknown.add(1, _metric_attributes(ledger, {}))
+
+
+#: A span and a duration measurement around one store operation:
+#: ``with telemetry.operation(ledger, "zett", "append", session_id) as span: ...``;
+#: ``span.sequences(first, last)`` and ``span.set(name, value)`` add attributes. An
+#: exception leaving the block sets ``error.type`` (its class) and the span's status.
+operation: Callable[..., AbstractContextManager[Recorder]]
+#: Inside an operation: a retry of a transient failure (``code``: the driver's), the
+#: attempt that failed and the wait before the next, in seconds.
+retry: Callable[[Ledger, str | int | None, int, float], None]
+#: Inside an operation: a settle ran; ``found``: it found the write committed.
+settle: Callable[[Ledger, bool], None]
+#: Inside an operation: a write's outcome stays unknown (``OutcomeUnknown`` raised).
+unknown: Callable[[Ledger], None]
+if ENABLED:
+    operation, retry, settle, unknown = _operation, _retry, _settle, _unknown
+else:
+    operation, retry, settle, unknown = _no_operation, _no_retry, _no_settle, _no_unknown
