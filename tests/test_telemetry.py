@@ -92,6 +92,7 @@ def otel() -> Iterator[Telemetry]:
     """Fresh global tracer and meter providers for this test only."""
     reset_trace_globals()
     reset_metrics_globals()
+    telemetry.reset()
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -106,6 +107,7 @@ def otel() -> Iterator[Telemetry]:
         meter_provider.shutdown()
         reset_trace_globals()
         reset_metrics_globals()
+        telemetry.reset()
 
 
 def _expected_system(database: Database) -> str:

@@ -28,7 +28,9 @@ messages may quote stored values, so an error is recorded by its class only.
 Spans and metrics go to the *global* providers (``trace.get_tracer_provider()``,
 ``metrics.get_meter_provider()``), as OpenTelemetry's instrumentation libraries do:
 an application's own set-up picks them up, and without one they are OpenTelemetry's
-no-ops. The tracer and instruments are made again when the global provider changes.
+no-ops. The tracer and instruments are taken once, on first use, from the global providers:
+OpenTelemetry's proxies until the application sets its providers, which they then
+follow (tests that replace the providers call :func:`reset`).
 
 Without ``opentelemetry-api`` installed, :func:`operation` is a function returning
 one shared do-nothing context manager, and the hooks are empty functions: the choice
@@ -38,8 +40,8 @@ is made once, at import.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from weakref import WeakKeyDictionary
 
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 AttributeValue = str | bool | int | float
 
 try:
+    from opentelemetry import context as _context
     from opentelemetry import metrics as _metrics
     from opentelemetry import trace as _trace
 
@@ -120,13 +123,12 @@ def _no_unknown(ledger: Ledger) -> None:
 
 
 class _Instruments:
-    """The tracer and instruments of one pair of global providers."""
+    """The tracer and instruments, from the global providers (OpenTelemetry's proxies
+    until an application sets its own, which they then delegate to)."""
 
-    def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
-        self.tracer_provider = tracer_provider
-        self.meter_provider = meter_provider
-        self.tracer = _trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
-        meter = _metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+    def __init__(self) -> None:
+        self.tracer = _trace.get_tracer(SCOPE, __version__)
+        meter = _metrics.get_meter(SCOPE, __version__)
         self.duration = meter.create_histogram(
             "chatledger.operation.duration",
             unit="s",
@@ -154,15 +156,19 @@ _current: _Instruments | None = None
 
 
 def _instruments() -> _Instruments:
-    """The instruments of the global providers now in place (made again after a change:
-    an application that sets its providers after importing chatledger, a test)."""
     global _current
-    tracer_provider = _trace.get_tracer_provider()
-    meter_provider = _metrics.get_meter_provider()
     found = _current
-    if found is None or (found.tracer_provider, found.meter_provider) != (tracer_provider, meter_provider):
-        found = _current = _Instruments(tracer_provider, meter_provider)
+    if found is None:
+        found = _current = _Instruments()
     return found
+
+
+def reset() -> None:
+    """Forget the tracer and instruments, so that the next operation takes them from the
+    global providers again: for tests that replace the global providers (which an
+    application sets once; OpenTelemetry's proxies follow that one change by themselves)."""
+    global _current
+    _current = None
 
 
 #: The attributes of each ledger's database, once its engine has connected.
@@ -205,43 +211,66 @@ class _Recorder:
         self.span.set_attribute(name, value)
 
 
-@contextmanager
-def _operation(
-    ledger: Ledger, framework: str, name: str, session_id: str | None = None
-) -> Iterator[Recorder]:
-    instruments = _instruments()
-    attributes: dict[str, AttributeValue] = {"chatledger.framework": framework, "db.operation.name": name}
-    if session_id is not None:
-        attributes["gen_ai.conversation.id"] = session_id
-    started = time.perf_counter()
-    error_type: str | None = None
-    # Exceptions are recorded by class only (error.type): their messages may quote
-    # stored values.
-    with instruments.tracer.start_as_current_span(
-        f"chatledger.{framework}.{name}",
-        kind=_trace.SpanKind.INTERNAL,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
+class _Operation:
+    """The span and duration measurement of one operation (see :data:`operation`)."""
+
+    __slots__ = (
+        "_attributes",
+        "_framework",
+        "_instruments",
+        "_ledger",
+        "_name",
+        "_span",
+        "_started",
+        "_token",
+    )
+
+    def __init__(self, ledger: Ledger, framework: str, name: str, session_id: str | None = None) -> None:
+        self._ledger = ledger
+        self._framework = framework
+        self._name = name
+        attributes: dict[str, AttributeValue] = {"chatledger.framework": framework, "db.operation.name": name}
+        if session_id is not None:
+            attributes["gen_ai.conversation.id"] = session_id
+        self._attributes = attributes
+
+    def __enter__(self) -> Recorder:
+        instruments = self._instruments = _instruments()
+        span = self._span = instruments.tracer.start_span(
+            f"chatledger.{self._framework}.{self._name}",
+            kind=_trace.SpanKind.INTERNAL,
+            attributes=self._attributes,
+        )
+        # The no-op tracer's span (no SDK) has no context to make current; a sampled-out
+        # one has, so that what runs inside (SQL-level spans) is sampled out too.
+        valid = span.get_span_context().is_valid
+        self._token = _context.attach(_trace.set_span_in_context(span)) if valid else None
+        self._started = time.perf_counter()
+        return _Recorder(span) if span.is_recording() else _NOTHING
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        elapsed = time.perf_counter() - self._started
+        span = self._span
+        database = _database(self._ledger)
+        measured: dict[str, AttributeValue] = {
+            "chatledger.framework": self._framework,
+            "db.operation.name": self._name,
+            **database,
+        }
+        if exc_type is not None:
+            # By class only (error.type), never the message: it may quote stored values.
+            measured["error.type"] = exc_type.__qualname__
         try:
-            yield _Recorder(span)
-        except BaseException as error:
-            error_type = type(error).__qualname__
-            span.set_attribute("error.type", error_type)
-            span.set_status(_trace.StatusCode.ERROR)
-            raise
+            if span.is_recording():
+                if exc_type is not None:
+                    span.set_attribute("error.type", exc_type.__qualname__)
+                    span.set_status(_trace.StatusCode.ERROR)
+                span.set_attributes(database)
+            span.end()
         finally:
-            database = _database(ledger)
-            span.set_attributes(database)
-            measured: dict[str, AttributeValue] = {
-                "chatledger.framework": framework,
-                "db.operation.name": name,
-                **database,
-            }
-            if error_type is not None:
-                measured["error.type"] = error_type
-            instruments.duration.record(time.perf_counter() - started, measured)
+            if self._token is not None:
+                _context.detach(self._token)
+        self._instruments.duration.record(elapsed, measured)
 
 
 def _metric_attributes(ledger: Ledger, extra: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
@@ -282,6 +311,6 @@ settle: Callable[[Ledger, bool], None]
 #: Inside an operation: a write's outcome stays unknown (``OutcomeUnknown`` raised).
 unknown: Callable[[Ledger], None]
 if ENABLED:
-    operation, retry, settle, unknown = _operation, _retry, _settle, _unknown
+    operation, retry, settle, unknown = _Operation, _retry, _settle, _unknown
 else:
     operation, retry, settle, unknown = _no_operation, _no_retry, _no_settle, _no_unknown
