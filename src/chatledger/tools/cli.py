@@ -47,6 +47,7 @@ from .. import __version__, dialects, migrate
 from ..drift import fix_script
 from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn
 from ..errors import ChatledgerError, DowngradeRefused
+from .stats import command as stats_command  # chatledger stats (issue 21): tools/stats.py
 from .words import counted
 
 #: Exit status of a usage error (argparse uses the same).
@@ -580,6 +581,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
     Command("sessions", "list, show, delete and purge stored sessions", _configure_sessions, _sessions),
+    stats_command(),  # chatledger stats (issue 21)
 )
 
 
