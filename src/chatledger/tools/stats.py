@@ -65,6 +65,10 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _say(console: Console, line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def _bytes(value: int | None) -> str:
     if value is None:
         return "-"
@@ -78,15 +82,18 @@ def _bytes(value: int | None) -> str:
 
 def print_tables(stats: Stats, console: Console) -> None:
     """The figures as rich tables: counts per framework, bytes per table, largest sessions."""
-    console.print(f"{stats.database} ({stats.system}), read in {stats.seconds:.3f} s", markup=False)
-    counts = RichTable(title="sessions and rows", title_justify="left")
+    _say(console, f"{stats.database} ({stats.system}), read in {stats.seconds:.3f} s")
+    # Headings as lines of their own: a table's title wraps at the table's width.
+    _say(console, "sessions and rows")
+    counts = RichTable()
     for name in ("framework", "what", "count"):
         counts.add_column(name, justify="right" if name == "count" else "left")
     for framework in stats.frameworks:
         for what, count in framework.counts.items():
             counts.add_row(framework.name, what.replace("_", " "), str(count))
     console.print(counts)
-    sizes = RichTable(title=f"bytes per table ({stats.size.source})", title_justify="left")
+    _say(console, f"bytes per table, from {stats.size.source}")
+    sizes = RichTable()
     for name in ("framework", "table", "bytes", "size"):
         sizes.add_column(name, justify="right" if name in ("bytes", "size") else "left")
     for framework in stats.frameworks:
@@ -99,7 +106,8 @@ def print_tables(stats: Stats, console: Console) -> None:
     for framework in stats.frameworks:
         if not framework.largest:
             continue
-        largest = RichTable(title=f"largest {framework.name} sessions (raw messages)", title_justify="left")
+        _say(console, f"largest {framework.name} sessions, by raw messages")
+        largest = RichTable()
         largest.add_column("id")
         largest.add_column("messages", justify="right")
         for session in framework.largest:
