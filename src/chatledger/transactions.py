@@ -61,7 +61,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from . import dialects, migrate
+from . import dialects, migrate, telemetry
 from .dsn import as_argument, display
 from .errors import (
     ConfigurationError,
@@ -205,13 +205,16 @@ class Transactions:
                 raise self._unknown(error, write_id, settled=settle is not None, ended=True) from error
 
     async def _settle(self, settle: Settle[T]) -> T | None:
-        return await self._attempt(settle, write=False)
+        found = await self._attempt(settle, write=False)
+        telemetry.settle(self.connections, found is not None)  # a settle and its answer
+        return found
 
     def _unknown(
         self, cause: BaseException, write_id: str | None, *, settled: bool, ended: bool = False
     ) -> OutcomeUnknown:
         """``ended``: ``cause`` is the error that ended the call after the lost COMMIT,
         not the loss of the database for the rest of the budget."""
+        telemetry.unknown(self.connections)  # every OutcomeUnknown is made here
         if ended:
             how = f"and the call then ended before the write could be looked up ({_detail(cause)}). " + (
                 "Repeat the identical call once the database answers: the write carries the "
@@ -319,6 +322,8 @@ class Transactions:
     def _count_retry(self, state: RetryCallState) -> None:
         self.retries += 1
         failure = state.outcome.exception() if state.outcome is not None else None
+        code = failure.code if isinstance(failure, _Retry) else None
+        telemetry.retry(self.connections, code, state.attempt_number, state.upcoming_sleep)
         logger.debug(
             "retrying after %s (attempt %d, next in %.3f s)",
             failure.describe() if isinstance(failure, _Retry) else failure,

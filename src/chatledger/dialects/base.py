@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, DateTime, String, bindparam
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -235,6 +235,28 @@ def _lacking(hook: str) -> Any:
 _REQUIRED = {"required": True}
 
 
+# -- what the tables take on disk (chatledger.stats) -------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageSize:
+    """What chatledger's tables take on disk, as the backend can tell it cheaply."""
+
+    #: Bytes of each table with its indexes (and PostgreSQL's TOAST), by table name; a
+    #: table the backend cannot size alone is left out.
+    tables: dict[str, int]
+    #: Bytes of all of them together (or, where only that is known, of the whole
+    #: SQLite file); ``None`` when unknown.
+    total: int | None
+    #: Where the figures come from, for the reader: exact or an estimate.
+    source: str
+
+
+#: Reads :class:`StorageSize` of the named tables, on a connection in its (read)
+#: transaction; never takes a lock a writer waits for.
+StorageSizer = Callable[[Connection, Sequence[str]], StorageSize]
+
+
 def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
     return left == right
 
@@ -370,6 +392,16 @@ class Backend:
     #: ``ALTER TABLE`` cannot change a column or a constraint: a schema fix rebuilds the
     #: table, copying its rows (SQLite; Alembic's batch mode).
     rebuilds_tables: bool = False
+
+    # -- what an operator reads of it (chatledger.stats, chatledger.telemetry) --
+    #: What chatledger's tables take on disk (:class:`StorageSize`, for
+    #: :mod:`chatledger.stats`): PostgreSQL's ``pg_total_relation_size``, MySQL's
+    #: ``information_schema.TABLES``, SQLite's ``dbstat`` (else the file's page count).
+    storage_size: StorageSizer = field(default=_lacking("storage_size"), metadata=_REQUIRED)
+    #: OpenTelemetry's ``db.system.name`` of the server behind a (connected) engine's
+    #: dialect, one of the semantic conventions' values (``postgresql``, ``mysql``,
+    #: ``mariadb``, ``sqlite``), for :mod:`chatledger.telemetry`.
+    db_system: Callable[[Dialect], str] = field(default=_lacking("db_system"), metadata=_REQUIRED)
 
     # -- naming and DSNs (chatledger.dsn) --
     #: The backend's name in messages and script headers ("PostgreSQL", "MySQL/MariaDB").

@@ -16,6 +16,7 @@ from sqlalchemy import (
     ColumnElement,
     Dialect,
     and_,
+    bindparam,
     event,
     func,
     text,
@@ -29,7 +30,16 @@ from ..errors import ConfigurationError
 from ..options import LedgerOptions
 from ..schema import rein_sessions_table, sessions_table
 from .appends import MESSAGE_INSERT, append_params, field_updates, session_row
-from .base import DATABASE_HINT, LOGIN_HINT, Backend, Collations, OfflineScript, backend, require_database
+from .base import (
+    DATABASE_HINT,
+    LOGIN_HINT,
+    Backend,
+    Collations,
+    OfflineScript,
+    StorageSize,
+    backend,
+    require_database,
+)
 from .migrations import SchemaLockTimeout, lock_tables, migration_busy
 
 
@@ -365,10 +375,31 @@ def _adoption_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> Colu
     return and_(left == right, func.binary(left) == func.binary(right))
 
 
+def _storage_size_mysql(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """``DATA_LENGTH + INDEX_LENGTH`` from ``information_schema.TABLES``: InnoDB's page
+    statistics, an estimate (MySQL 8 caches them for ``information_schema_stats_expiry``)."""
+    rows = conn.execute(
+        text(
+            "SELECT TABLE_NAME AS name, DATA_LENGTH + INDEX_LENGTH AS size FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN :names"
+        ).bindparams(bindparam("names", expanding=True)),
+        {"names": list(tables)},
+    )
+    sizes = {row.name: int(row.size) for row in rows if row.size is not None}
+    return StorageSize(sizes, sum(sizes.values()), "information_schema.TABLES data + index length (estimate)")
+
+
+def _db_system_mysql(dialect: Dialect) -> str:
+    """MariaDB is its own ``db.system.name``; SQLAlchemy tells it once connected."""
+    return "mariadb" if getattr(dialect, "is_mariadb", False) else "mysql"
+
+
 #: MySQL and MariaDB with aiomysql.
 AIOMYSQL = Backend(
     name="mysql",
     display_name="MySQL/MariaDB",
+    storage_size=_storage_size_mysql,
+    db_system=_db_system_mysql,
     schemes=("mysql", "mariadb"),
     resolve_dsn=_resolve_dsn,
     column_collations=_column_collations_mysql,

@@ -40,6 +40,7 @@ from .base import (
     Backend,
     Collations,
     OfflineScript,
+    StorageSize,
     error_code,
     require_database,
 )
@@ -272,10 +273,26 @@ def _resolve_dsn_psycopg(url: URL) -> URL:
     return url
 
 
+def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """``pg_total_relation_size`` (heap, indexes and TOAST) of each table the search path
+    finds: file sizes, no scan; its AccessShareLock blocks no writer."""
+    rows = conn.execute(
+        text(
+            "SELECT name, pg_total_relation_size(to_regclass(name)) AS size "
+            "FROM unnest(CAST(:names AS text[])) AS name"
+        ),
+        {"names": list(tables)},
+    )
+    sizes = {row.name: int(row.size) for row in rows if row.size is not None}
+    return StorageSize(sizes, sum(sizes.values()), "pg_total_relation_size (exact)")
+
+
 #: PostgreSQL with asyncpg, the dialect's default driver.
 ASYNCPG = Backend(
     name="postgresql",
     display_name="PostgreSQL",
+    storage_size=_storage_size_postgresql,
+    db_system=lambda dialect: "postgresql",
     schemes=("postgresql", "postgres"),
     resolve_dsn=_resolve_dsn_asyncpg,
     column_collations=_column_collations_postgresql,

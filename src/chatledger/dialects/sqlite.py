@@ -36,6 +36,7 @@ from .base import (
     Backend,
     Collations,
     OfflineScript,
+    StorageSize,
     backend,
     error_code,
     logger,
@@ -316,10 +317,36 @@ def _resolve_dsn(url: URL) -> URL:
     return url.set(database=str(Path(database).expanduser()))
 
 
+def _storage_size_sqlite(conn: Connection, tables: Sequence[str]) -> StorageSize:
+    """The ``dbstat`` virtual table's page sizes per table and its indexes, when SQLite
+    is built with it (it walks the tables' pages: a read of the file, in the read
+    transaction, which blocks no writer in WAL mode); else only the file's size
+    (``page_count * page_size``)."""
+    has_dbstat = conn.scalar(
+        text("SELECT 1 FROM pragma_compile_options WHERE compile_options = 'ENABLE_DBSTAT_VTAB'")
+    )
+    if has_dbstat:
+        rows = conn.execute(
+            text(
+                "SELECT m.tbl_name AS name, SUM(d.pgsize) AS size FROM dbstat AS d "
+                "JOIN sqlite_schema AS m ON m.name = d.name "
+                "WHERE m.tbl_name IN :names GROUP BY m.tbl_name"
+            ).bindparams(bindparam("names", expanding=True)),
+            {"names": list(tables)},
+        )
+        sizes = {row.name: int(row.size) for row in rows if row.size is not None}
+        return StorageSize(sizes, sum(sizes.values()), "dbstat (exact pages)")
+    pages = int(conn.scalar(text("PRAGMA page_count")) or 0)
+    size = int(conn.scalar(text("PRAGMA page_size")) or 0)
+    return StorageSize({}, pages * size, "page_count * page_size (the whole file; SQLite without dbstat)")
+
+
 #: SQLite with aiosqlite.
 AIOSQLITE = Backend(
     name="sqlite",
     display_name="SQLite",
+    storage_size=_storage_size_sqlite,
+    db_system=lambda dialect: "sqlite",
     schemes=("sqlite",),
     resolve_dsn=_resolve_dsn,
     append_message=_append_sqlite,

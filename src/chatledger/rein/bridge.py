@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import os
 import threading
 import weakref
@@ -58,7 +59,7 @@ class Portal:
             # Started under the lock, so that a concurrent stop() comes wholly before
             # (RuntimeError here) or after (the call runs, or is cancelled): never hangs.
             future: concurrent.futures.Future[T] = self._open().start_task_soon(
-                self._tracked, partial(func, *args)
+                self._tracked, partial(func, *args), contextvars.copy_context()
             )
         return future.result()
 
@@ -69,7 +70,7 @@ class Portal:
         with self._lock:
             portal = self._open()
         try:
-            return await portal.call_async(self._tracked, partial(func, *args))
+            return await portal.call_async(self._tracked, partial(func, *args), contextvars.copy_context())
         except RuntimeError as error:
             if self._closed:  # closed between the check above and the call
                 raise self._closed_error() from error
@@ -105,15 +106,19 @@ class Portal:
     def _closed_error(self) -> RuntimeError:
         return RuntimeError(f"this LedgerSessionStore is closed ({self._name})")
 
-    async def _tracked(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """``work()`` as a task of its own, cancelled at most once.
+    async def _tracked(
+        self, work: Callable[[], Coroutine[Any, Any, T]], context: contextvars.Context | None = None
+    ) -> T:
+        """``work()`` as a task of its own, cancelled at most once, in ``context``: the
+        caller's context variables (a copy), so that its current OpenTelemetry span is
+        the parent of the store's (:mod:`chatledger.telemetry`).
 
         anyio cancels a portal call through its cancel scope, again at every await
         inside it, while SQLAlchemy's clean-up after a cancellation (the rollback, the
         cursor, the connection) awaits the driver: in a task of its own the work sees
         one plain asyncio cancellation and cleans up, and the call waits for that.
         """
-        task: asyncio.Task[T] = asyncio.get_running_loop().create_task(work())
+        task: asyncio.Task[T] = asyncio.get_running_loop().create_task(work(), context=context)
         self._running.add(task)
         try:
             return await asyncio.shield(task)

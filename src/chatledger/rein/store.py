@@ -30,7 +30,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import clock, validate
+from .. import clock, telemetry, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import VersionConflict
@@ -176,7 +176,10 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
             "it in between; reload it and apply the change again"
         )
 
-    return await ledger.write(work, settle=_settle_save(write_id), write_id=write_id)
+    with telemetry.operation(ledger, "rein", "save", id) as span:
+        version = await ledger.write(work, settle=_settle_save(write_id), write_id=write_id)
+        span.set("chatledger.version", version)
+        return version
 
 
 async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
@@ -186,7 +189,11 @@ async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
         ).one_or_none()
         return None if row is None else VersionedSession(_decode(id, row.session_json), row.version)
 
-    return await ledger.read(work)
+    with telemetry.operation(ledger, "rein", "load", id) as span:
+        found = await ledger.read(work)
+        if found is not None:
+            span.set("chatledger.version", found.version)
+        return found
 
 
 async def _delete(
@@ -214,7 +221,10 @@ async def _delete(
         )
         return bool(tombstoned.rowcount)
 
-    return await ledger.write(work)
+    with telemetry.operation(ledger, "rein", "delete", id) as span:
+        deleted = await ledger.write(work)
+        span.set("chatledger.deleted", deleted)
+        return deleted
 
 
 async def _purge(ledger: Ledger, selection: Selection, size: int, progress: Progress | None) -> int:
@@ -246,7 +256,10 @@ async def _list(ledger: Ledger, limit: int, offset: int) -> list[ReinSessionInfo
     async def work(conn: AsyncConnection) -> list[ReinSessionInfo]:
         return [ReinSessionInfo(*row) for row in await conn.execute(statement)]
 
-    return await ledger.read(work)
+    with telemetry.operation(ledger, "rein", "list") as span:
+        found = await ledger.read(work)
+        span.set("db.response.returned_rows", len(found))
+        return found
 
 
 # -- the store ---------------------------------------------------------------------

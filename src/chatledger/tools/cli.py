@@ -52,7 +52,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .. import __version__, dialects
 from ..dsn import display, resolve_dsn
 from ..errors import ChatledgerError
-from .commands import adopt, demo, load, schema, sessions, transfer
+from .commands import adopt, demo, load, schema, sessions, stats, transfer
 from .commands.schema import CHECK_PAST_COUNTER, CHECK_STATUS
 from .commands.shared import Command, add_dsn, concrete, mask_password
 
@@ -84,6 +84,7 @@ COMMANDS: tuple[Command, ...] = (
     *adopt.COMMANDS,
     *transfer.COMMANDS,
     *sessions.COMMANDS,
+    *stats.COMMANDS,
 )
 
 

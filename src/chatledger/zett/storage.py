@@ -19,7 +19,7 @@ from zett_agent.json_types import JsonValue
 from zett_agent.messages import AnyMessage
 from zett_agent.model import ModelUsage
 
-from .. import clock, integrity, validate
+from .. import clock, integrity, telemetry, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ConstraintViolation, SessionDeleted, SnapshotConflict, VersionConflict
@@ -193,6 +193,9 @@ class LedgerSessionStorage:
                     cache.discard(session_id)
                 return SessionView(session_type=DEFAULT_SESSION_TYPE)
             boundary, last = head.compacted_through_sequence, head.last_sequence
+            span.sequences(boundary + 1, last)
+            span.set("chatledger.generation.base_sequence", head.base_sequence)
+            span.set("chatledger.checkpoint.version", head.snapshot_version)
             snapshot = None
             if head.snapshot_version:
                 if kept_snapshot is not None and head.checkpoint_id == kept_snapshot.id:
@@ -226,7 +229,8 @@ class LedgerSessionStorage:
                 raw_tail=tail,
             )
 
-        return await self.ledger.read(work)
+        with telemetry.operation(self.ledger, "zett", "load", session_id) as span:
+            return await self.ledger.read(work)
 
     async def append(
         self,
@@ -320,6 +324,12 @@ class LedgerSessionStorage:
         )
         if message_id is not None:
             row["id"] = validate.message_id(message_id)
+        with telemetry.operation(self.ledger, "zett", "append", session_values["id"]) as span:
+            sequence = await self._append(session_values, row, now)
+            span.sequences(sequence, sequence)
+            return sequence
+
+    async def _append(self, session_values: dict[str, Any], row: dict[str, Any], now: datetime) -> int:
         await self.ledger.check_statement_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
@@ -408,6 +418,14 @@ class LedgerSessionStorage:
         message_json = codec.snapshot_json(compacted_message)
         boundary = validate.integer(compacted_through_sequence, "compacted_through_sequence", minimum=1)
         expected = validate.version(expected_version)
+        with telemetry.operation(self.ledger, "zett", "snapshot", session_id) as span:
+            span.set("chatledger.sequence.last", boundary)
+            span.set("chatledger.checkpoint.version", expected + 1)
+            return await self._snapshot(session_id, message_json, boundary, expected)
+
+    async def _snapshot(
+        self, session_id: str, message_json: str, boundary: int, expected: int
+    ) -> ContextSnapshot:
         await self.ledger.check_statement_size("compacted_message", message_json)
         now = clock.utc_now()
         # Fixed before the first attempt: a checkpoint whose COMMIT answer was lost is
@@ -766,7 +784,10 @@ class LedgerSessionStorage:
             await conn.execute(delete(_snapshots).where(_snapshots.c.session_id == session_id))
             return True
 
-        return await self.ledger.write(work)
+        with telemetry.operation(self.ledger, "zett", "delete", session_id) as span:
+            deleted = await self.ledger.write(work)
+            span.set("chatledger.deleted", deleted)
+            return deleted
 
     async def list_sessions(
         self,
@@ -802,7 +823,10 @@ class LedgerSessionStorage:
         async def work(conn: AsyncConnection) -> list[SessionSummary]:
             return [_summary(row) for row in await conn.execute(statement.offset(offset).limit(limit))]
 
-        return await self.ledger.read(work)
+        with telemetry.operation(self.ledger, "zett", "list") as span:
+            found = await self.ledger.read(work)
+            span.set("db.response.returned_rows", len(found))
+            return found
 
     async def list_raw_messages(
         self,
