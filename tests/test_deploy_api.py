@@ -130,7 +130,7 @@ def test_the_deploy_api_runs_from_a_wheels_layout(tmp_path: Path) -> None:
 
 
 def test_the_readmes_deploy_example_runs(tmp_path: Path) -> None:
-    from .test_readme import code_blocks, section
+    from .unit.test_readme import code_blocks, section
 
     deploying = section("Deploying: migrations")
     (example,) = [text for language, text in code_blocks(deploying) if "await migrate.upgrade(" in text]
