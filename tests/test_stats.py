@@ -26,7 +26,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .fresh import fresh_database
+from .support.fresh import fresh_database
 
 TABLES = {"agent_sessions", "raw_messages", "session_snapshots", "rein_sessions", "rein_writes"}
 

@@ -51,10 +51,10 @@ from chatledger.dsn import sqlite_file
 from chatledger.rein import LedgerSessionStore
 from chatledger.zett import LedgerSessionStorage
 
-from .backends import Servers
 from .conftest import Database
-from .proxy import Proxy, running_proxy
-from .throwaway import migrated_database, shared_server
+from .support.backends import Servers
+from .support.proxy import Proxy, running_proxy
+from .support.throwaway import migrated_database, shared_server
 
 #: Seconds any single wait may take before the test fails.
 TIMEOUT = 60.0
