@@ -594,6 +594,11 @@ class DialectRules:
     #: refused or dropped the connection, is starting up or shutting down, or has no
     #: connection slot left. Retried like a lost connection.
     unavailable_codes: frozenset[str | int] = frozenset()
+    #: Driver exception class names (of the DBAPI error or the driver error under it)
+    #: that say the same whatever their code: no server of a multi-host DSN serves the
+    #: session it asks for (``target_session_attrs``), as while a cluster promotes a
+    #: standby. Retried like a lost connection.
+    unavailable_exceptions: frozenset[str] = frozenset()
     #: Driver error codes of a configuration the server refuses, each with the hint
     #: of what to fix; ``{database}`` and ``{user}`` name the DSN's.
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
@@ -937,6 +942,10 @@ RULES: dict[str, DialectRules] = {
                 "57P05",
             }
         ),
+        # asyncpg's answer when no host of a multi-host DSN is the primary (a failover
+        # under way): the cluster may promote one within the retry budget. (psycopg's is
+        # an OperationalError of the connection, a CONNECTION failure already.)
+        unavailable_exceptions=frozenset({"TargetServerAttributeNotMatched"}),
         # read_only_sql_transaction (default_transaction_read_only, a hot standby)
         read_only_codes=frozenset({"25006"}),
         full_codes=frozenset({"53100"}),  # disk_full
@@ -1201,7 +1210,12 @@ def classify(dialect: str | DialectRules, error: DBAPIError) -> Failure:
         or (found.transient_routines and (code, _server_routine(error.orig)) in found.transient_routines)
     ):
         return Failure.TRANSIENT
-    if error.connection_invalidated or isinstance(error.orig, OSError) or code in found.unavailable_codes:
+    if (
+        error.connection_invalidated
+        or isinstance(error.orig, OSError)
+        or code in found.unavailable_codes
+        or found.unavailable_exceptions & _class_names(error.orig)
+    ):
         return Failure.CONNECTION
     if code in found.read_only_codes:
         return Failure.READ_ONLY

@@ -13,6 +13,13 @@ given                                  opened with
 ``sqlite:///path``                     ``sqlite+aiosqlite:///path``
 =====================================  ===========================
 
+A PostgreSQL DSN may name several servers, as libpq's multi-host URLs do:
+``postgresql://user@h1:5432,h2:5432,h3:5432/db?target_session_attrs=read-write``
+connects to the first of them that accepts a read-write session (the primary of a
+cluster), for asyncpg and psycopg alike. It is rewritten to SQLAlchemy's repeated
+``host=`` form (``postgresql://user@/db?host=h1:5432&host=h2:5432&...``), which may be
+given directly too; a host without a port gets 5432.
+
 Synchronous drivers (``psycopg2``, ``pymysql``, ``pysqlite``...) are refused, naming
 the async ones.
 """
@@ -52,6 +59,14 @@ _DRIVER_ALIASES = {"psycopg_async": "psycopg"}
 _USERINFO = re.compile(r"^[\w+]+://[^:/]*:(?P<password>[^@]*)@(?P<rest>.*)$", re.DOTALL)
 #: A DSN that is a file path, not a URL.
 _PATH_LIKE = re.compile(r"^(?:[./~\\]|[A-Za-z]:[\\/])|\.(?:db|db3|sqlite|sqlite3)$", re.IGNORECASE)
+
+#: A PostgreSQL URL whose address lists several ``host[:port]``, comma-separated.
+_MULTIHOST = re.compile(
+    r"^(?P<scheme>postgres(?:ql)?(?:\+\w+)?)://(?P<userinfo>[^@/?#]*@)?"
+    r"(?P<hosts>[^/?#@]*,[^/?#@]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?$"
+)
+#: libpq's default port, which SQLAlchemy's asyncpg dialect needs written out per host.
+_POSTGRESQL_PORT = 5432
 
 _PERCENT_ENCODE = (
     "percent-encode the password in the DSN (urllib.parse.quote(password, safe=''): '@' is %40, '#' is %23)"
@@ -143,10 +158,24 @@ def _parse(dsn: str) -> URL:
                 f"dsn {dsn!r} is a file path, not a URL; for a SQLite file use sqlite:///{dsn.strip()}"
             )
         raise ValueError("dsn is not a valid database URL (scheme://...), e.g. postgresql://user@host/db")
+    multihost = _MULTIHOST.match(dsn.strip())
+    if multihost is not None:
+        dsn = _repeated_hosts(multihost)
     try:
         return make_url(dsn)
     except Exception:  # sqlalchemy raises ArgumentError with the DSN inside
         raise ValueError("dsn is not a valid database URL") from None
+
+
+def _repeated_hosts(multihost: re.Match[str]) -> str:
+    """``scheme://user@h1:p1,h2:p2/db?query`` as ``scheme://user@/db?host=h1:p1&host=h2:p2&query``
+    (SQLAlchemy's multi-host form for asyncpg and psycopg)."""
+    query = multihost["query"] or ""
+    if any(part.partition("=")[0] == "host" for part in query.split("&")):
+        raise ValueError("dsn lists hosts both in its address and as host= parameters; use one of the two")
+    hosts = "&".join(f"host={host.strip()}" for host in multihost["hosts"].split(","))
+    rest = f"{hosts}&{query}" if query else hosts
+    return f"{multihost['scheme']}://{multihost['userinfo'] or ''}{multihost['path'] or '/'}?{rest}"
 
 
 def _sqlite(url: URL) -> URL:
@@ -180,11 +209,32 @@ def _mysql(url: URL) -> URL:
 
 def _postgresql(url: URL) -> URL:
     _named_database(url)
+    url = _postgresql_hosts(url)
     # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values);
     # psycopg is libpq and takes sslmode itself.
     if url.get_driver_name() == "asyncpg" and "sslmode" in url.query:
         url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
     return url
+
+
+def _postgresql_hosts(url: URL) -> URL:
+    """Repeated ``host=h:p`` parameters checked (each names a host; ports 1..65535) and
+    each given a port (asyncpg's dialect requires one per host)."""
+    given = url.query.get("host")
+    if not isinstance(given, tuple) or "port" in url.query:
+        return url  # one host, or the "host=h1,h2&port=p1,p2" form SQLAlchemy reads itself
+    hosts = []
+    for entry in given:
+        host, _, port = entry.partition(":")
+        if not host:
+            raise ValueError("dsn lists a host without a name; write each as host:port")
+        if port:
+            if not port.isdigit():
+                raise ValueError(f"dsn port of host {host!r} is not a number")
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"dsn port {port} of host {host!r} is outside 1..65535")
+        hosts.append(f"{host}:{port or _POSTGRESQL_PORT}")
+    return url.update_query_dict({"host": hosts})
 
 
 _DSN_RULES = {"sqlite": _sqlite, "mysql": _mysql, "postgresql": _postgresql}
