@@ -98,7 +98,9 @@ def resolve_dsn(dsn: str | URL | None = None) -> URL:
             driver other than asyncpg or psycopg, aiomysql, aiosqlite (a synchronous
             one, say); the password holds an ``@`` or ``#`` that is not
             percent-encoded; a server DSN names no database; the port is not
-            1..65535; the SQLite database is in memory (it could not be shared) or
+            1..65535 (of any host of a multi-host PostgreSQL DSN, which may list its
+            hosts in the address or as ``host=`` parameters, not both, each with a
+            name); the SQLite database is in memory (it could not be shared) or
             given as a bare file path (the message gives the ``sqlite:///`` URL); a
             MySQL ``charset`` other than utf8mb4.
         TypeError: ``dsn`` is neither a string nor a URL.
