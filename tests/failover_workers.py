@@ -42,7 +42,8 @@ class WorkerReport:
     boundaries: dict[str, int] = field(default_factory=dict)
     #: error class name -> how many calls raised it (each then settled)
     errors: dict[str, int] = field(default_factory=dict)
-    #: calls settled by repeating them with their id after an error
+    #: calls completed after a documented error: repeated (an append with its id), or
+    #: looked up (a checkpoint whose outcome was unknown)
     settled: int = 0
     #: transient failures the store retried within its budget (``Ledger.retries``)
     retries: int = 0
@@ -75,10 +76,12 @@ async def _append(storage: LedgerSessionStorage, report: WorkerReport, session: 
 
 async def _race(storage: LedgerSessionStorage, report: WorkerReport, session: str, boundary: int) -> None:
     report.boundaries[session] = boundary
+    failed = False
     while True:
         try:
             await storage.snapshot(session, CompactedMessage(content=f"w{report.worker}"), boundary, 0)
         except SnapshotConflict:
+            report.settled += failed
             report.races[session] = "conflict"
             return
         except OutcomeUnknown as error:
@@ -96,10 +99,12 @@ async def _race(storage: LedgerSessionStorage, report: WorkerReport, session: st
             ours = view.snapshot is not None and view.snapshot.id == error.write_id
             report.races[session] = "ok" if ours else "conflict"
             return
-        except StorageUnavailable as error:
+        except StorageUnavailable as error:  # nothing stored: the identical call again
             _count(report, error)
+            failed = True
             await asyncio.sleep(SETTLE_PAUSE)
             continue
+        report.settled += failed
         report.races[session] = "ok"
         return
 
