@@ -15,6 +15,13 @@ given                                  opened with
 
 Synchronous drivers (``psycopg2``, ``pymysql``, ``pysqlite``...) are refused, naming
 the async ones.
+
+A PostgreSQL DSN may name several servers, as libpq's multi-host URLs do:
+``postgresql://user@h1:5432,h2:5432,h3:5432/db?target_session_attrs=read-write``
+connects to the first of them that accepts a read-write session (the primary of a
+cluster), for asyncpg and psycopg alike. It is rewritten to SQLAlchemy's repeated
+``host=`` form (``postgresql://user@/db?host=h1:5432&host=h2:5432&...``), which may be
+given directly too; a host without a port gets 5432. MySQL/MariaDB DSNs name one host.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ _USERINFO = re.compile(r"^[\w+]+://[^:/]*:(?P<password>[^@]*)@(?P<rest>.*)$", re
 #: A DSN that is a file path, not a URL.
 _PATH_LIKE = re.compile(r"^(?:[./~\\]|[A-Za-z]:[\\/])|\.(?:db|db3|sqlite|sqlite3)$", re.IGNORECASE)
 
+#: A URL whose address lists several ``host[:port]``, comma-separated (libpq's
+#: multi-host form), rewritten to SQLAlchemy's repeated ``host=`` parameters; the
+#: backend's ``resolve_dsn`` then checks them, or refuses several hosts.
+_MULTIHOST = re.compile(
+    r"^(?P<scheme>[\w+]+)://(?P<userinfo>[^@/?#]*@)?"
+    r"(?P<hosts>[^/?#@]*,[^/?#@]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?$"
+)
 _PERCENT_ENCODE = (
     "percent-encode the password in the DSN (urllib.parse.quote(password, safe=''): '@' is %40, '#' is %23)"
 )
@@ -132,10 +146,24 @@ def _parse(dsn: str) -> URL:
                 f"dsn {dsn!r} is a file path, not a URL; for a SQLite file use sqlite:///{dsn.strip()}"
             )
         raise ValueError("dsn is not a valid database URL (scheme://...), e.g. postgresql://user@host/db")
+    multihost = _MULTIHOST.match(dsn.strip())
+    if multihost is not None:
+        dsn = _repeated_hosts(multihost)
     try:
         return make_url(dsn)
     except Exception:  # sqlalchemy raises ArgumentError with the DSN inside
         raise ValueError("dsn is not a valid database URL") from None
+
+
+def _repeated_hosts(multihost: re.Match[str]) -> str:
+    """``scheme://user@h1:p1,h2:p2/db?query`` as ``scheme://user@/db?host=h1:p1&host=h2:p2&query``
+    (SQLAlchemy's multi-host form for asyncpg and psycopg)."""
+    query = multihost["query"] or ""
+    if any(part.partition("=")[0] == "host" for part in query.split("&")):
+        raise ValueError("dsn lists hosts both in its address and as host= parameters; use one of the two")
+    hosts = "&".join(f"host={host.strip()}" for host in multihost["hosts"].split(","))
+    rest = f"{hosts}&{query}" if query else hosts
+    return f"{multihost['scheme']}://{multihost['userinfo'] or ''}{multihost['path'] or '/'}?{rest}"
 
 
 def sqlite_file(url: URL) -> Path | None:

@@ -307,6 +307,11 @@ class Backend:
     #: refused or dropped the connection, is starting up or shutting down, or has no
     #: connection slot left. Retried like a lost connection.
     unavailable_codes: frozenset[str | int] = frozenset()
+    #: Driver exception class names (of the DBAPI error or the driver error under it)
+    #: that say the same whatever their code: no server of a multi-host DSN serves the
+    #: session it asks for (``target_session_attrs``), as while a cluster promotes a
+    #: standby. Retried like a lost connection.
+    unavailable_exceptions: frozenset[str] = frozenset()
     #: Driver error codes of a configuration the server refuses, each with the hint
     #: of what to fix; ``{database}`` and ``{user}`` name the DSN's.
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
@@ -620,7 +625,12 @@ def classify(dialect: str | Backend, error: DBAPIError) -> Failure:
         or (backend.transient_routines and (code, _server_routine(error.orig)) in backend.transient_routines)
     ):
         return Failure.TRANSIENT
-    if error.connection_invalidated or isinstance(error.orig, OSError) or code in backend.unavailable_codes:
+    if (
+        error.connection_invalidated
+        or isinstance(error.orig, OSError)
+        or code in backend.unavailable_codes
+        or backend.unavailable_exceptions & _class_names(error.orig)
+    ):
         return Failure.CONNECTION
     if code in backend.read_only_codes:
         return Failure.READ_ONLY

@@ -362,6 +362,11 @@ class Utf8Varbinary(mysql.VARBINARY):
 
 def _resolve_dsn(url: URL) -> URL:
     require_database(url)
+    if isinstance(url.query.get("host"), tuple):
+        raise ValueError(
+            "dsn lists several hosts; MySQL/MariaDB connects to one (a Galera cluster: one "
+            "node, or a router in front of them)"
+        )
     charset = url.query.get("charset", "utf8mb4")
     if charset != "utf8mb4":
         # Any other connection charset mangles ids (stored as bytes) and refuses emoji.

@@ -259,8 +259,34 @@ def _guard_drops_postgresql(
     yield
 
 
+#: libpq's default port, which SQLAlchemy's asyncpg dialect needs written out per host.
+_POSTGRESQL_PORT = 5432
+
+
+def _hosts(url: URL) -> URL:
+    """Repeated ``host=h:p`` parameters (a multi-host DSN, :mod:`chatledger.dsn`) checked
+    (each names a host; ports 1..65535) and each given a port (asyncpg's dialect
+    requires one per host)."""
+    given = url.query.get("host")
+    if not isinstance(given, tuple) or "port" in url.query:
+        return url  # one host, or the "host=h1,h2&port=p1,p2" form SQLAlchemy reads itself
+    hosts = []
+    for entry in given:
+        host, _, port = entry.partition(":")
+        if not host:
+            raise ValueError("dsn lists a host without a name; write each as host:port")
+        if port:
+            if not port.isdigit():
+                raise ValueError(f"dsn port of host {host!r} is not a number")
+            if not 0 < int(port) < 65536:
+                raise ValueError(f"dsn port {port} of host {host!r} is outside 1..65535")
+        hosts.append(f"{host}:{port or _POSTGRESQL_PORT}")
+    return url.update_query_dict({"host": hosts})
+
+
 def _resolve_dsn_asyncpg(url: URL) -> URL:
     require_database(url)
+    url = _hosts(url)
     # libpq's sslmode, as users write it, is asyncpg's ``ssl`` keyword (same values);
     # psycopg is libpq and takes sslmode itself.
     if "sslmode" in url.query:
@@ -270,7 +296,7 @@ def _resolve_dsn_asyncpg(url: URL) -> URL:
 
 def _resolve_dsn_psycopg(url: URL) -> URL:
     require_database(url)
-    return url
+    return _hosts(url)
 
 
 def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> StorageSize:
@@ -329,6 +355,10 @@ ASYNCPG = Backend(
         }
     ),
     # read_only_sql_transaction (default_transaction_read_only, a hot standby)
+    # asyncpg's answer when no host of a multi-host DSN is the primary (a failover
+    # under way): the cluster may promote one within the retry budget. (psycopg's is
+    # an OperationalError of the connection, a CONNECTION failure already.)
+    unavailable_exceptions=frozenset({"TargetServerAttributeNotMatched"}),
     read_only_codes=frozenset({"25006"}),
     full_codes=frozenset({"53100"}),  # disk_full
     code_name="SQLSTATE",
