@@ -47,6 +47,7 @@ from .. import __version__, dialects, migrate
 from ..drift import fix_script
 from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn
 from ..errors import ChatledgerError, DowngradeRefused
+from . import retention_cli
 from .words import counted
 
 #: Exit status of a usage error (argparse uses the same).
@@ -580,6 +581,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("copy", "copy sessions from one database into another, directly", _configure_copy, _copy),
     Command("sessions", "list, show, delete and purge stored sessions", _configure_sessions, _sessions),
+    retention_cli.register(Command),  # retention: tools/retention_cli.py
 )
 
 
