@@ -24,7 +24,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from . import adoption, dialects, migrate, validate
+from . import adoption, dialects, interactive, migrate, validate
 from .dsn import as_argument, display, resolve_dsn, sqlite_file
 from .errors import (
     AUTO_UPGRADE_HINT,
@@ -113,7 +113,7 @@ class Ledger:
     def __init__(
         self, dsn: str | URL | None = None, *, engine: AsyncEngine | None = None, **options: Any
     ) -> None:
-        self.options = LedgerOptions(**options)
+        self.options = LedgerOptions(**interactive.options(options))  # CLI budget: interactive.py
         #: Whether the engine is the caller's (``engine=``): used, never disposed.
         self.foreign = engine is not None
         if engine is not None:
@@ -600,6 +600,7 @@ class Ledger:
     def _count_retry(self, state: RetryCallState) -> None:
         self.retries += 1
         failure = state.outcome.exception() if state.outcome is not None else None
+        interactive.retrying(self.url, failure, self.options.retry_timeout)  # the CLI's notice
         logger.debug(
             "retrying after %s (attempt %d, next in %.3f s)",
             failure.describe() if isinstance(failure, _Retry) else failure,

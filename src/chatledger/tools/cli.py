@@ -43,11 +43,11 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import __version__, dialects, migrate
+from .. import __version__, dialects, interactive, migrate
 from ..drift import fix_script
 from ..dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn
 from ..errors import ChatledgerError, DowngradeRefused
-from . import retention_cli
+from . import interrupt, retention_cli
 from .words import counted
 
 #: Exit status of a usage error (argparse uses the same).
@@ -608,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(run(argv))
     except KeyboardInterrupt:
-        print("chatledger: interrupted", file=sys.stderr)
+        print(interrupt.message(), file=sys.stderr)  # what was committed: tools/interrupt.py
         return 130
     except BrokenPipeError:
         if not _stdout_closed():
@@ -629,7 +629,8 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
         # A terminal's own width, up to MAX_WIDTH; piped output gets MAX_WIDTH, not rich's 80.
         console.width = min(console.width, MAX_WIDTH) if console.is_terminal else MAX_WIDTH
     try:
-        status: int = await args.run(args, console)
+        with interactive.command():  # a shorter retry budget, said once: chatledger/interactive.py
+            status: int = await args.run(args, console)
     except Exception as error:
         if isinstance(error, BrokenPipeError) and _stdout_closed():
             return _quiet_closed_stdout()

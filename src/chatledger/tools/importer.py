@@ -44,6 +44,7 @@ from ..dsn import display
 from ..engine import Ledger
 from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from . import interrupt
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
 from .spool import Spool
@@ -804,6 +805,15 @@ async def prefetched(records: AsyncIterator[Record], chunks: int = 2) -> AsyncIt
             await task
 
 
+def interrupted(report: ImportReport, command: str) -> str:
+    """What an interrupted import or copy committed, and that running it again resumes."""
+    return (
+        f"{report.imported:,} sessions ({report.messages:,} messages) were committed before it; the "
+        f"session in progress was rolled back, unless its COMMIT was under way. Run the same {command} "
+        "again: it skips the sessions committed (as identical) and imports the rest"
+    )
+
+
 async def import_file(
     dsn: str | URL | None, path: str, *, console: Console | None = None, say: Say | None = None
 ) -> ImportReport:
@@ -816,6 +826,8 @@ async def import_file(
             stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))  # noqa: ASYNC230
             stack.enter_context(bars or contextlib.nullcontext())
             records = prefetched(_async(read_records(stream)))
-            return await Importer(ledger, say=say, bars=bars).run(records)
+            importer = Importer(ledger, say=say, bars=bars)
+            stack.enter_context(interrupt.noting(lambda: interrupted(importer.report, "import")))
+            return await importer.run(records)
     finally:
         await ledger.close()
