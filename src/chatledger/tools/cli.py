@@ -122,6 +122,7 @@ def _configure_upgrade(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--revision",
         default="head",
+        metavar="REV",
         help="revision to upgrade to (default: head); with --sql also FROM:TO, for a database at FROM",
     )
     parser.add_argument(
@@ -235,9 +236,9 @@ def _configure_stress(parser: argparse.ArgumentParser) -> None:
         action="append",
         help=f"database URL, repeatable: one report per database; default: ${DSN_ENV}, else the embedded one",
     )
-    parser.add_argument("--processes", type=int, default=8, help="worker processes (default: 8)")
+    parser.add_argument("--processes", type=int, default=8, metavar="N", help="worker processes (default: 8)")
     parser.add_argument(
-        "--appends", type=int, default=200, help="appends per worker and session (default: 200)"
+        "--appends", type=int, default=200, metavar="N", help="appends per worker and session (default: 200)"
     )
     parser.add_argument("--shared-only", action="store_true", help="skip each worker's own session")
     parser.add_argument(
@@ -478,12 +479,12 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         return sub
 
     listing = action("list", "the newest sessions, zett's and rein's")
-    listing.add_argument("--limit", type=int, default=20, help="sessions per kind (default: 20)")
+    listing.add_argument("--limit", type=int, default=20, metavar="N", help="sessions per kind (default: 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
     show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
     show.add_argument("id", metavar="ID")
     show.add_argument(
-        "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
+        "--messages", type=int, default=50, metavar="N", help="show at most the last N messages (default: 50)"
     )
     delete = action(
         "delete",
@@ -499,7 +500,9 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
     )
     purge.add_argument(
-        "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
+        "--older-than",
+        metavar="AGE",
+        help="last active longer ago than AGE: 45s, 90m, 12h, 30d, 2w (or 1d12h)",
     )
     purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
     purge.add_argument(
@@ -538,9 +541,26 @@ COMMANDS: tuple[Command, ...] = (
         _configure_demo,
         _demo,
     ),
-    Command("upgrade", "migrate the database to the newest schema revision", _configure_upgrade, _upgrade),
-    Command("downgrade", "migrate the database down to REVISION", _configure_downgrade, _downgrade),
-    Command("current", "show the database's schema revision and the head revision", add_dsn, _current),
+    Command(
+        "upgrade",
+        "migrate the database to the newest schema revision, as the owner, and say what was applied",
+        _configure_upgrade,
+        _upgrade,
+    ),
+    Command(
+        "downgrade",
+        "migrate the database down to REVISION ('base' drops every chatledger table); refuses to drop "
+        "tables holding rows (exit 1) unless --yes",
+        _configure_downgrade,
+        _downgrade,
+    ),
+    Command(
+        "current",
+        "show the database's schema revision, which chatledger code can use it, the head revision and "
+        "the standing",
+        add_dsn,
+        _current,
+    ),
     Command(
         "check",
         "exit 0 if this chatledger can use the database (at its head, or at a newer revision "

@@ -374,7 +374,8 @@ class LedgerSessionStorage:
                 f"revive it: create_session(session_id={session_id!r}) starts it anew"
             )
         return ValueError(
-            f"session {session_id!r} has another parent_session_id; the parent cannot change after creation"
+            f"Session parent cannot change after creation: session {session_id!r} has another "
+            "parent_session_id"
         )
 
     async def snapshot(
@@ -493,10 +494,12 @@ class LedgerSessionStorage:
             raise ValueError(f"session {session_id!r} has no raw messages to snapshot")
         if boundary > current.last_sequence:
             raise ValueError(
+                "Snapshot boundary must identify an existing Raw Log message: "
                 f"compacted_through_sequence {boundary} is not an existing raw-log sequence "
                 f"(the last is {current.last_sequence})"
             )
         raise ValueError(
+            "Snapshot boundary must advance beyond the previous checkpoint: "
             f"compacted_through_sequence {boundary} must advance beyond the previous checkpoint's "
             f"{current.compacted_through_sequence}"
         )
