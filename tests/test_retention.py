@@ -20,8 +20,8 @@ from sqlalchemy.engine import URL, Connection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
-from chatledger import SessionDeleted, SnapshotConflict, VersionConflict, marks, retention
-from chatledger.migrate import run_on_connection, upgrade_database
+from chatledger import DowngradeRefused, SessionDeleted, SnapshotConflict, VersionConflict, marks, retention
+from chatledger.migrate import downgrade_database, run_on_connection, upgrade_database
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import high_water_marks_table, rein_sessions_table, sessions_table
 from chatledger.tools import cli
@@ -300,3 +300,18 @@ async def test_an_import_below_a_mark_is_refused(url: URL, tmp_path: Path, datab
 def test_a_mark_keeps_no_id() -> None:
     assert marks.digest("user-42") == marks.digest("user-42") != marks.digest("user-42 ")
     assert "user" not in marks.digest("user-42") and len(marks.digest("user-42")) == 64
+
+
+async def test_a_downgrade_below_0005_keeps_the_marks_unless_told(url: URL) -> None:
+    """Without the marks a purged id would number from 1 again: the drop is guarded."""
+    from chatledger.zett import LedgerSessionStorage
+
+    async with LedgerSessionStorage(url) as storage:
+        await storage.append("x", "r", UserMessage(content="one"))
+        await storage.delete_session("x")
+        assert await storage.purge_tombstones(deleted_before=datetime.now(UTC) + timedelta(seconds=1)) == 1
+    with pytest.raises(DowngradeRefused, match=r"high_water_marks \(1 row\)"):
+        await downgrade_database(url, "0004")
+    assert await rows(url, high_water_marks_table) == 1
+    await downgrade_database(url, "0004", drop_rows=True)
+    assert await upgrade_database(url) == "0005"
