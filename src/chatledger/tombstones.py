@@ -9,8 +9,9 @@ than a cutoff and, in the same transaction, keeps their high water in a mark
 version, nothing else.
 
 **What the horizon promises.** For ``horizon`` after a delete, the tombstone itself
-stays: ``sessions list --deleted``, ``export`` and ``copy`` show the id, and a late
-writer is told when it was deleted. After the horizon only the mark stays, and a
+stays: ``export`` and ``copy`` carry it (the id stays deleted in the target), and a
+late writer is told when it was deleted. Marks are not exported: a database copied
+after a purge does not know the purged ids. After the horizon only the mark stays, and a
 writer of any age, holding any view of the id, is treated as the tombstone treated it:
 
 * a zett ``append`` raises :class:`chatledger.SessionDeleted` (nothing written), a
