@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -43,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
 
 
-def _age(value: str | None, option: str) -> object:
+def _age(value: str | None, option: str) -> timedelta | None:
     from .sessions import parse_age
 
     if value is None:
@@ -60,8 +61,8 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     if args.idle is None and args.tombstones_after is None:
         raise ValueError("say what to delete: --idle AGE and/or --tombstones-after AGE")
     policy = retention.Policy(
-        idle=_age(args.idle, "--idle"),  # type: ignore[arg-type]
-        tombstones_after=_age(args.tombstones_after, "--tombstones-after"),  # type: ignore[arg-type]
+        idle=_age(args.idle, "--idle"),
+        tombstones_after=_age(args.tombstones_after, "--tombstones-after"),
     )
     kinds = (args.kind,) if args.kind else retention.KINDS
     report = await retention.apply(
