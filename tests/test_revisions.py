@@ -3,8 +3,8 @@
 * They import nothing from ``chatledger``: their column types are their own, so a
   later change of :mod:`chatledger.types` cannot change what an old revision creates.
 * Revision 0001 emits, on every backend, the same DDL byte for byte as when it still
-  used the live types (``tests/golden/``, recorded from that version); so do 0003
-  and 0004 (recorded when they were written).
+  used the live types (``tests/golden/``, recorded from that version); so do 0003,
+  0004 and 0005 (recorded when they were written).
 * The history is linear and every revision declares a valid ``compatible_from``;
   the template of ``alembic revision`` writes one and imports nothing from chatledger.
 """
@@ -155,3 +155,20 @@ def test_a_compatible_from_going_backwards_is_refused(tmp_path: Path) -> None:
         revisions(location)
     keeps = revision_file("9001", "pass", compatible_from=revisions().compatible_from[revisions().head])
     assert revisions(script_directory(tmp_path / "keeps", {"9001_expand.py": keeps})).head == "9001"
+
+
+def test_revision_0005_is_expand_only() -> None:
+    """The high-water marks only add a table: code of revision 0004 keeps running on it."""
+    assert revisions().compatible_from["0005"] == "0004"
+
+
+async def test_revision_0005_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
+    """The high-water marks: one ``CREATE TABLE``, on every backend."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url, "0004") == "0004"
+        with recorded_ddl() as sent:
+            assert await upgrade_database(url, "0005") == "0005"
+    bookkeeping = (*BOOKKEEPING, "alembic_version")
+    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
+    golden = (GOLDEN / f"ddl_0005_{database.backend}.sql").read_text()
+    assert "".join(f"{statement}\n;\n" for statement in ours) == golden

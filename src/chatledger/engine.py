@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from . import dialects, validate
+from . import dialects, interactive, validate
 from .connections import Connections
 from .options import LedgerOptions
 from .readiness import Readiness
@@ -74,7 +74,7 @@ class Ledger:
     def __init__(
         self, dsn: str | URL | None = None, *, engine: AsyncEngine | None = None, **options: Any
     ) -> None:
-        self.options = LedgerOptions(**options)
+        self.options = LedgerOptions(**interactive.options(options))  # the CLI's budget: interactive.py
         self.connections = Connections(dsn, engine, self.options)
         self.readiness = Readiness(self.connections, self.options)
         self.transactions = Transactions(self.connections, self.options, self.readiness)

@@ -1,5 +1,5 @@
-"""The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions
-and the rein write log.
+"""The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions,
+the rein write log and the high-water marks of purged tombstones.
 
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
@@ -23,6 +23,8 @@ generation columns that make the store safe to share:
 ``rein_sessions`` keeps the same rule: a deleted rein session is a row whose
 ``session_json`` is NULL, and its ``version`` goes on counting after it.
 ``rein_writes`` logs each rein save's write id and version for settling.
+``high_water_marks`` keeps, for an id whose tombstone was purged, the last sequence
+and version it reached, keyed by a digest of the id (:mod:`chatledger.marks`).
 
 Every identifier column (``id``, ``*_id``) is :class:`chatledger.types.Id`, compared
 byte for byte on every backend (``x``, ``x `` and ``X`` are three ids); only the
@@ -168,5 +170,22 @@ rein_writes_table = Table(
     Column("version", BigInt, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_rein_writes_session", "session_id", "created_at"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: The high-water marks: what a purged tombstone remembered, without the id. One row per
+#: id (of one store) whose tombstone was purged (see :mod:`chatledger.marks`).
+high_water_marks_table = Table(
+    "high_water_marks",
+    metadata,
+    # Which store's id: 0 a zett session (agent_sessions), 1 a rein session.
+    Column("store", Integer, primary_key=True),
+    # SHA-256 of the id's UTF-8 bytes, in hex: the id itself is not kept.
+    Column("id_digest", Id(64), primary_key=True),
+    # zett: the id's last sequence (its next generation's base_sequence); rein: 0.
+    Column("last_sequence", BigInt, nullable=False),
+    # zett: the tombstone's fields_version; rein: the tombstone's version.
+    Column("version", BigInt, nullable=False),
+    Column("purged_at", UTCDateTime, nullable=False),
     **MYSQL_TABLE_ARGS,
 )

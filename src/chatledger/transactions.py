@@ -61,7 +61,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from . import dialects, migrate, telemetry
+from . import dialects, interactive, migrate, telemetry
 from .dsn import as_argument, display
 from .errors import (
     ConfigurationError,
@@ -324,6 +324,7 @@ class Transactions:
         failure = state.outcome.exception() if state.outcome is not None else None
         code = failure.code if isinstance(failure, _Retry) else None
         telemetry.retry(self.connections, code, state.attempt_number, state.upcoming_sleep)
+        interactive.retrying(self.connections.url, failure, self.options.retry_timeout)  # the CLI's notice
         logger.debug(
             "retrying after %s (attempt %d, next in %.3f s)",
             failure.describe() if isinstance(failure, _Retry) else failure,

@@ -89,22 +89,23 @@ def optional_identifier(value: object, field: str) -> str | None:
     return None if value is None else identifier(value, field)
 
 
-def display_field(value: object, field: str, limit: int) -> str | None:
-    """A title or agent name: ``None``, or 1-``limit`` characters after stripping."""
+def display_field(value: object, field: str, limit: int, label: str) -> str | None:
+    """A title or agent name: ``None``, or 1-``limit`` characters after stripping. The
+    refusal begins as zett-agent's store words it (``label``), then names the field."""
     if value is None:
         return None
     stripped = text(value, field).strip()
     if not stripped or len(stripped) > limit:
-        raise ValueError(f"{field} must contain between 1 and {limit} characters")
+        raise ValueError(f"{label} must contain between 1 and {limit} characters ({field}, stripped)")
     return stripped
 
 
 def title(value: object) -> str | None:
-    return display_field(value, "title", 200)
+    return display_field(value, "title", 200, "Session title")
 
 
 def agent_name(value: object) -> str | None:
-    return display_field(value, "agent_name", 64)
+    return display_field(value, "agent_name", 64, "Agent name")
 
 
 def integer(value: object, field: str, *, minimum: int = 0, maximum: int = MAX_BIGINT) -> int:
@@ -128,7 +129,12 @@ def version(value: object, field: str = "expected_version", *, minimum: int = 0)
 
 
 def session_type(value: object) -> int:
-    """An application-defined session type code (32-bit, non-negative)."""
+    """An application-defined session type code (32-bit, non-negative), refused in
+    zett-agent's store's words."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WrongType(f"session_type must be an integer code, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"session_type cannot be negative, not {value}")
     code = integer(value, "session_type")
     if code > 2**31 - 1:
         raise ValueError("session_type exceeds the 32-bit limit")
@@ -247,4 +253,9 @@ def page(limit: object, offset: object) -> tuple[int, int]:
     Raises:
         WrongType / ValueError: naming ``limit`` or ``offset``.
     """
+    # Worded as zett-agent's store words them, naming the field.
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit < 1:
+        raise ValueError(f"limit must be positive, not {limit}")
+    if isinstance(offset, int) and not isinstance(offset, bool) and offset < 0:
+        raise ValueError(f"offset cannot be negative, not {offset}")
     return integer(limit, "limit", minimum=1), integer(offset, "offset")

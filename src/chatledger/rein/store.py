@@ -30,7 +30,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import clock, telemetry, validate
+from .. import clock, marks, telemetry, tombstones, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import VersionConflict
@@ -148,6 +148,12 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
                 "updated_at": now,
             }
             version = await ledger.rules.save_rein_session(conn, values, expected == 0)
+            if version == 1:
+                # A new row: an id whose tombstone was purged numbers on from its mark.
+                mark = await marks.take(conn, marks.REIN, id)
+                if mark is not None:
+                    version = int(mark.version) + 1
+                    await conn.execute(update(_rein).where(_rein.c.id == id).values(version=version))
             if version is not None:
                 return await _log_write(conn, id, write_id, version, now)
         else:
@@ -235,6 +241,10 @@ async def _purge(ledger: Ledger, selection: Selection, size: int, progress: Prog
     return await purge(
         ledger, _rein, _live, selection, delete_one, versions=("version",), size=size, progress=progress
     )
+
+
+async def _purge_tombstones(ledger: Ledger, cutoff: datetime, size: int, progress: Progress | None) -> int:
+    return await tombstones.purge_tombstones(ledger, tombstones.REIN, cutoff, size=size, progress=progress)
 
 
 async def _contains(ledger: Ledger, id: str) -> bool:
@@ -447,6 +457,50 @@ class LedgerSessionStore:
         """
         return self._runner.call(
             _purge, self.ledger, *self._prepare_purge(older_than, idle_before, prefix, batch_size), progress
+        )
+
+    def purge_tombstones(
+        self,
+        *,
+        horizon: timedelta | None = None,
+        deleted_before: datetime | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete the tombstones of sessions deleted longer than ``horizon`` ago (or
+        before ``deleted_before``), each replaced by its high-water mark in the
+        deleting transaction; returns how many it purged. A later save of a purged id
+        numbers its version on from the mark, so no version is valid twice; what the
+        horizon promises is in :mod:`chatledger.tombstones`.
+
+        Raises:
+            ValueError: both or neither of ``horizon`` and ``deleted_before``, or a bad
+                value (:func:`chatledger.tombstones.cutoff`).
+            TypeError: an argument of the wrong type.
+        """
+        return self._runner.call(
+            _purge_tombstones,
+            self.ledger,
+            tombstones.cutoff(horizon, deleted_before),
+            validate.integer(batch_size, "batch_size", minimum=1),
+            progress,
+        )
+
+    async def apurge_tombstones(
+        self,
+        *,
+        horizon: timedelta | None = None,
+        deleted_before: datetime | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """:meth:`purge_tombstones` for async code."""
+        return await self._runner.acall(
+            _purge_tombstones,
+            self.ledger,
+            tombstones.cutoff(horizon, deleted_before),
+            validate.integer(batch_size, "batch_size", minimum=1),
+            progress,
         )
 
     def __contains__(self, id: object) -> bool:

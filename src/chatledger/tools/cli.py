@@ -49,10 +49,11 @@ from collections.abc import Sequence
 from rich.console import Console
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import __version__, dialects
+from .. import __version__, dialects, interactive
 from ..dsn import display, resolve_dsn
 from ..errors import ChatledgerError
-from .commands import adopt, demo, load, schema, sessions, stats, transfer
+from . import interrupt
+from .commands import adopt, demo, load, retention, schema, sessions, stats, transfer
 from .commands.schema import CHECK_PAST_COUNTER, CHECK_STATUS
 from .commands.shared import Command, add_dsn, concrete, mask_password
 
@@ -85,6 +86,7 @@ COMMANDS: tuple[Command, ...] = (
     *transfer.COMMANDS,
     *sessions.COMMANDS,
     *stats.COMMANDS,
+    *retention.COMMANDS,
 )
 
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(run(argv))
     except KeyboardInterrupt:
-        print("chatledger: interrupted", file=sys.stderr)
+        print(interrupt.message(), file=sys.stderr)  # what was committed: tools/interrupt.py
         return 130
     except BrokenPipeError:
         if not _stdout_closed():
@@ -132,7 +134,8 @@ async def run(argv: Sequence[str] | None = None, console: Console | None = None)
         # A terminal's own width, up to MAX_WIDTH; piped output gets MAX_WIDTH, not rich's 80.
         console.width = min(console.width, MAX_WIDTH) if console.is_terminal else MAX_WIDTH
     try:
-        status: int = await args.run(args, console)
+        with interactive.command():  # a shorter retry budget, said once: chatledger/interactive.py
+            status: int = await args.run(args, console)
     except Exception as error:
         if isinstance(error, BrokenPipeError) and _stdout_closed():
             return _quiet_closed_stdout()

@@ -39,11 +39,12 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from tenacity import AsyncRetrying, RetryCallState, stop_before_delay, wait_random_exponential
 
-from .. import dialects, validate
+from .. import dialects, marks, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from . import interrupt
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
 from .spool import Spool
@@ -527,6 +528,13 @@ class Importer:
         await conn.begin()
         stored = (await conn.execute(select(s).where(s.c.id == row["id"]).with_for_update())).one_or_none()
         if stored is None:
+            below = await _below_mark(
+                conn, marks.ZETT, row["id"], row["base_sequence"], row["fields_version"]
+            )
+            if below is not None:
+                await self._rollback()
+                self._refuse(session, below)
+                return
             session.mode = "insert"
             await conn.execute(s.insert(), row)
             return
@@ -697,6 +705,8 @@ class Importer:
             return
         session.mode = "insert"
         too_large = None if session.tombstone else self._oversize("rein", row)
+        if too_large is None:
+            too_large = await _below_mark(conn, marks.REIN, row["id"], 0, row["version"])
         if too_large is not None:
             await self._rollback()
             self._refuse(session, too_large)
@@ -705,6 +715,20 @@ class Importer:
         session.mode = "committing"
         await conn.commit()
         session.mode = "imported"
+
+
+async def _below_mark(conn: AsyncConnection, store: int, id: str, base: int, version: int) -> str | None:
+    """Why a session row to insert under ``id`` would reuse what the id's high-water mark
+    (its purged tombstone, :mod:`chatledger.marks`) keeps, else ``None``; the mark is
+    removed in the caller's transaction (the row carries the high water on)."""
+    mark = await marks.take(conn, store, id)
+    if mark is None or (base >= mark.last_sequence and version > mark.version):
+        return None
+    return (
+        f"its id was deleted in the target database and its tombstone purged, which reached "
+        f"sequence {mark.last_sequence} and version {mark.version}; the input's session would use "
+        "them again"
+    )
 
 
 def read_records(stream: IO[bytes]) -> Iterator[Record]:
@@ -781,6 +805,15 @@ async def prefetched(records: AsyncIterator[Record], chunks: int = 2) -> AsyncIt
             await task
 
 
+def interrupted(report: ImportReport, command: str) -> str:
+    """What an interrupted import or copy committed, and that running it again resumes."""
+    return (
+        f"{report.imported:,} sessions ({report.messages:,} messages) were committed before it; the "
+        f"session in progress was rolled back, unless its COMMIT was under way. Run the same {command} "
+        "again: it skips the sessions committed (as identical) and imports the rest"
+    )
+
+
 async def import_file(
     dsn: str | URL | None, path: str, *, console: Console | None = None, say: Say | None = None
 ) -> ImportReport:
@@ -793,6 +826,8 @@ async def import_file(
             stream = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))  # noqa: ASYNC230
             stack.enter_context(bars or contextlib.nullcontext())
             records = prefetched(_async(read_records(stream)))
-            return await Importer(ledger, say=say, bars=bars).run(records)
+            importer = Importer(ledger, say=say, bars=bars)
+            stack.enter_context(interrupt.noting(lambda: interrupted(importer.report, "import")))
+            return await importer.run(records)
     finally:
         await ledger.close()

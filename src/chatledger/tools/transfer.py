@@ -32,8 +32,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from ..engine import Ledger
+from . import interrupt
 from .export import export, export_records, open_output, open_source
-from .importer import Importer, ImportReport, database_error, import_file, prefetched
+from .importer import Importer, ImportReport, database_error, import_file, interrupted, prefetched
 from .progress import progress
 from .rows import FormatError, Record, Say
 
@@ -70,7 +71,9 @@ async def copy(
                 async with conn.begin():
                     with bars or contextlib.nullcontext():
                         records = prefetched(_read(reader, export_records(conn, ids)))
-                        return await Importer(writer, say=say, bars=bars).run(records)
+                        importer = Importer(writer, say=say, bars=bars)
+                        with interrupt.noting(lambda: interrupted(importer.report, "copy")):
+                            return await importer.run(records)
         except (DBAPIError, OSError) as error:  # the import raises chatledger errors only
             raise database_error(reader, error) from error
     finally:

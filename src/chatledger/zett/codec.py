@@ -183,13 +183,15 @@ def raw_row(
     """Validate one append's input and build its ``raw_messages`` row (without sequence)."""
     kind, message_json = encode_message(message)
     if kind is MessageKind.CHECKPOINT:
-        raise ValueError("message is a CompactedMessage: checkpoints belong in snapshot(), not the raw log")
+        raise ValueError(
+            "Checkpoints belong in snapshots, not raw logs: message is a CompactedMessage; use snapshot()"
+        )
     if timing is not None and not isinstance(timing, MessageTiming):
         raise WrongType(f"timing must be a MessageTiming, not {type(timing).__name__}")
     if usage is not None and not isinstance(usage, ModelUsage):
         raise WrongType(f"usage must be a ModelUsage, not {type(usage).__name__}")
     if usage is not None and not isinstance(message, AssistantMessage):
-        raise ValueError("usage belongs only to assistant messages (zett storage contract)")
+        raise ValueError("Model usage belongs only to assistant messages (usage)")
     row: dict[str, Any] = {
         "id": new_uuid7(),
         "session_id": session_id,

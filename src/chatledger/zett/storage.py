@@ -19,7 +19,7 @@ from zett_agent.json_types import JsonValue
 from zett_agent.messages import AnyMessage
 from zett_agent.model import ModelUsage
 
-from .. import clock, integrity, telemetry, validate
+from .. import clock, integrity, marks, telemetry, tombstones, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ConstraintViolation, SessionDeleted, SnapshotConflict, VersionConflict
@@ -339,6 +339,13 @@ class LedgerSessionStorage:
             sequence = await append_message(conn, session_values, row, now)
             if sequence is None:
                 raise await self._refused_append(conn, session_values["id"])
+            if sequence == 1 and await marks.reached(conn, marks.ZETT, session_values["id"]) is not None:
+                # A new counter row for an id whose tombstone was purged: it stays deleted.
+                raise SessionDeleted(
+                    f"session {session_values['id']!r} was deleted (its tombstone since purged); an "
+                    f"append does not revive it: create_session(session_id={session_values['id']!r}) "
+                    "starts it anew"
+                )
             return sequence
 
         async def settle(conn: AsyncConnection) -> int | None:
@@ -377,7 +384,8 @@ class LedgerSessionStorage:
                 f"revive it: create_session(session_id={session_id!r}) starts it anew"
             )
         return ValueError(
-            f"session {session_id!r} has another parent_session_id; the parent cannot change after creation"
+            f"Session parent cannot change after creation: session {session_id!r} has another "
+            "parent_session_id"
         )
 
     async def snapshot(
@@ -504,10 +512,12 @@ class LedgerSessionStorage:
             raise ValueError(f"session {session_id!r} has no raw messages to snapshot")
         if boundary > current.last_sequence:
             raise ValueError(
+                "Snapshot boundary must identify an existing Raw Log message: "
                 f"compacted_through_sequence {boundary} is not an existing raw-log sequence "
                 f"(the last is {current.last_sequence})"
             )
         raise ValueError(
+            "Snapshot boundary must advance beyond the previous checkpoint: "
             f"compacted_through_sequence {boundary} must advance beyond the previous checkpoint's "
             f"{current.compacted_through_sequence}"
         )
@@ -527,7 +537,8 @@ class LedgerSessionStorage:
 
         On the id of a deleted session this starts a new generation: the given
         fields, no checkpoint, ``created_at`` now, and messages numbered on from the
-        deleted session's last sequence (no sequence or version of an id is ever
+        deleted session's last sequence (kept by its tombstone, or by the high-water
+        mark of a purged one: :mod:`chatledger.marks`) (no sequence or version of an id is ever
         valid twice, so nothing computed on the deleted session applies to the new one).
 
         Raises:
@@ -562,14 +573,17 @@ class LedgerSessionStorage:
             if revived.rowcount == 1:
                 row = (await conn.execute(select(_sessions).where(_sessions.c.id == id))).one()
                 return _summary(row)
+            # A purged tombstone's mark: the new generation numbers on from it.
+            mark = await marks.take(conn, marks.ZETT, id)
+            base = 0 if mark is None else int(mark.last_sequence)
             values = {
                 "id": id,
                 **fields,
-                "last_sequence": 0,
-                "base_sequence": 0,
+                "last_sequence": base,
+                "base_sequence": base,
                 "snapshot_version": 0,
-                "compacted_through_sequence": 0,
-                "fields_version": 1,
+                "compacted_through_sequence": base,
+                "fields_version": 1 if mark is None else int(mark.version) + 1,
                 "created_at": now,
                 "updated_at": now,
             }
@@ -748,6 +762,37 @@ class LedgerSessionStorage:
             versions=_WRITTEN,
             size=size,
             progress=progress,
+        )
+
+    async def purge_tombstones(
+        self,
+        *,
+        horizon: timedelta | None = None,
+        deleted_before: datetime | None = None,
+        batch_size: int = PURGE_BATCH,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete the tombstones of sessions deleted longer than ``horizon`` ago (or
+        before ``deleted_before``), each replaced by its high-water mark in the deleting
+        transaction; returns how many it purged.
+
+        No sequence or version of a purged id is ever valid again: a late append
+        raises :class:`chatledger.SessionDeleted`, ``create_session`` numbers on from
+        the mark. What the horizon promises, and what it needs (every writer at
+        revision 0005 code or later), is in :mod:`chatledger.tombstones`. A tombstone
+        revived or re-created after its page was read is kept.
+
+        Raises:
+            ValueError: both or neither of ``horizon`` and ``deleted_before``, or a bad
+                value (:func:`chatledger.tombstones.cutoff`); nothing is purged then.
+            WrongType: an argument of the wrong type.
+            StorageUnavailable, ConfigurationError, SchemaNotReady: as every call; the
+                tombstones purged until then stay purged.
+        """
+        before = tombstones.cutoff(horizon, deleted_before)
+        size = validate.integer(batch_size, "batch_size", minimum=1)
+        return await tombstones.purge_tombstones(
+            self.ledger, tombstones.ZETT, before, size=size, progress=progress
         )
 
     async def _delete(

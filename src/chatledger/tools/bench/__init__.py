@@ -315,9 +315,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "mysql://root@HOST/mysql, sqlite:///DIRECTORY/ (fresh databases are created and dropped)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--json", type=Path, help="also write the numbers and the machine as JSON here")
-    parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown here")
-    parser.add_argument("--seed", type=int, help="seed of the round shuffling (default: random)")
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", help="also write the numbers and the machine as JSON here"
+    )
+    parser.add_argument(
+        "--markdown", type=Path, metavar="FILE", help="also write the tables as Markdown here"
+    )
+    parser.add_argument("--seed", type=int, metavar="N", help="seed of the round shuffling (default: random)")
 
 
 async def run_command(args: argparse.Namespace, console: Console) -> int:

@@ -18,9 +18,9 @@ def _configure_stress(parser: argparse.ArgumentParser) -> None:
         action="append",
         help=f"database URL, repeatable: one report per database; default: ${DSN_ENV}, else the embedded one",
     )
-    parser.add_argument("--processes", type=int, default=8, help="worker processes (default: 8)")
+    parser.add_argument("--processes", type=int, default=8, metavar="N", help="worker processes (default: 8)")
     parser.add_argument(
-        "--appends", type=int, default=200, help="appends per worker and session (default: 200)"
+        "--appends", type=int, default=200, metavar="N", help="appends per worker and session (default: 200)"
     )
     parser.add_argument("--shared-only", action="store_true", help="skip each worker's own session")
     parser.add_argument(

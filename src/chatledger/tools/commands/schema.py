@@ -34,6 +34,7 @@ def _configure_upgrade(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--revision",
         default="head",
+        metavar="REV",
         help="revision to upgrade to (default: head); with --sql also FROM:TO, for a database at FROM",
     )
     parser.add_argument(
@@ -123,9 +124,26 @@ def _revision(revision: str | None) -> str:
 
 #: This group's commands, in the order ``--help`` lists them.
 COMMANDS: tuple[Command, ...] = (
-    Command("upgrade", "migrate the database to the newest schema revision", _configure_upgrade, _upgrade),
-    Command("downgrade", "migrate the database down to REVISION", _configure_downgrade, _downgrade),
-    Command("current", "show the database's schema revision and the head revision", add_dsn, _current),
+    Command(
+        "upgrade",
+        "migrate the database to the newest schema revision, as the owner, and say what was applied",
+        _configure_upgrade,
+        _upgrade,
+    ),
+    Command(
+        "downgrade",
+        "migrate the database down to REVISION ('base' drops every chatledger table); refuses to drop "
+        "tables holding rows (exit 1) unless --yes",
+        _configure_downgrade,
+        _downgrade,
+    ),
+    Command(
+        "current",
+        "show the database's schema revision, which chatledger code can use it, the head revision and "
+        "the standing",
+        add_dsn,
+        _current,
+    ),
     Command(
         "check",
         "exit 0 if this chatledger can use the database (at its head, or at a newer revision "

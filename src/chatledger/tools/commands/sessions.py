@@ -27,12 +27,12 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         return sub
 
     listing = action("list", "the newest sessions, zett's and rein's")
-    listing.add_argument("--limit", type=int, default=20, help="sessions per kind (default: 20)")
+    listing.add_argument("--limit", type=int, default=20, metavar="N", help="sessions per kind (default: 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
     show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
     show.add_argument("id", metavar="ID")
     show.add_argument(
-        "--messages", type=int, default=50, help="show at most the last N messages (default: 50)"
+        "--messages", type=int, default=50, metavar="N", help="show at most the last N messages (default: 50)"
     )
     delete = action(
         "delete",
@@ -48,7 +48,9 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
     )
     purge.add_argument(
-        "--older-than", metavar="AGE", help="last active longer ago than AGE: 30d, 12h, 90m, 2w"
+        "--older-than",
+        metavar="AGE",
+        help="last active longer ago than AGE: 45s, 90m, 12h, 30d, 2w (or 1d12h)",
     )
     purge.add_argument("--prefix", help="only sessions whose id starts with PREFIX (e.g. stress-)")
     purge.add_argument(

@@ -1,0 +1,93 @@
+"""High-water marks: what a purged tombstone remembered, without the id.
+
+A deleted session keeps a tombstone (its counter row) so that no sequence or version
+of its id is ever valid again (README, "Deleting and starting again"). Purging the
+tombstone (:mod:`chatledger.tombstones`) replaces it, in the deleting transaction, by
+a row of ``high_water_marks``: the store (:data:`ZETT`, :data:`REIN`), the SHA-256 of
+the id's UTF-8 bytes (:func:`digest`), the last sequence and the version the id
+reached, and when it was purged. No title, parent, timestamp of the session or id is
+kept; an id one already knows can still be checked against its digest.
+
+Invariant: an id has a row in its store's table or a mark, never both for long. Every
+path that creates a session looks the mark up in its own transaction and either
+refuses (a zett append: the id stays deleted, as with its tombstone) or numbers on
+from it and removes it (``create_session``, a rein save, an import), so a mark acts
+exactly as the tombstone it replaced:
+
+* :func:`reached` -- the mark of an id, by a locking read (MySQL's locking reads see
+  the last committed row whatever the snapshot; PostgreSQL at READ COMMITTED reads
+  each statement anew).
+* :func:`take` -- the same, removing the mark: the new row carries the high water on.
+* :func:`raise_to` -- write the mark of a purged tombstone (never lowering one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .schema import high_water_marks_table
+
+#: The store of a zett session id (``agent_sessions``).
+ZETT = 0
+#: The store of a rein session id (``rein_sessions``).
+REIN = 1
+
+_marks = high_water_marks_table
+
+
+def digest(id: str) -> str:
+    """The key of ``id``'s mark: SHA-256 of its UTF-8 bytes, 64 lowercase hex digits."""
+    return hashlib.sha256(id.encode("utf-8")).hexdigest()
+
+
+def _this(store: int, id: str) -> Any:
+    return and_(_marks.c.store == store, _marks.c.id_digest == digest(id))
+
+
+async def reached(conn: AsyncConnection, store: int, id: str) -> Any | None:
+    """The mark of ``id`` in ``store`` (``last_sequence``, ``version``), or ``None``;
+    a locking read, in the caller's write transaction."""
+    statement = select(_marks.c.last_sequence, _marks.c.version).where(_this(store, id))
+    return (await conn.execute(statement.with_for_update())).one_or_none()
+
+
+async def take(conn: AsyncConnection, store: int, id: str) -> Any | None:
+    """:func:`reached`, and the mark removed: the caller's new row under the id carries
+    the high water on (in the same transaction)."""
+    mark = await reached(conn, store, id)
+    if mark is not None:
+        await conn.execute(delete(_marks).where(_this(store, id)))
+    return mark
+
+
+async def raise_to(
+    conn: AsyncConnection, store: int, id: str, last_sequence: int, version: int, now: datetime
+) -> None:
+    """Keep ``id``'s high water at least at ``last_sequence`` and ``version``, in the
+    transaction that deletes its tombstone (whose row lock serialises purges of the id)."""
+    mark = await reached(conn, store, id)
+    if mark is None:
+        await conn.execute(
+            insert(_marks).values(
+                store=store,
+                id_digest=digest(id),
+                last_sequence=last_sequence,
+                version=version,
+                purged_at=now,
+            )
+        )
+        return
+    await conn.execute(
+        update(_marks)
+        .where(_this(store, id))
+        .values(
+            last_sequence=max(last_sequence, mark.last_sequence),
+            version=max(version, mark.version),
+            purged_at=now,
+        )
+    )

@@ -1,0 +1,201 @@
+"""Retention: delete the sessions idle longer than a duration, and purge the tombstones
+of deleted ones after a horizon, zett's and rein's (``docs/retention.md``).
+
+:func:`apply` runs a :class:`Policy` on a database through the stores' own guarded
+operations, never a read-then-act loop of its own:
+
+* idle sessions -- ``LedgerSessionStorage.purge_sessions`` and
+  ``LedgerSessionStore.apurge`` (:mod:`chatledger.selection`): each session is deleted
+  in a transaction whose tombstone ``UPDATE`` checks the cutoff again, so one written
+  to after it was read is kept; every deleted id keeps its tombstone.
+* tombstones -- ``purge_tombstones`` / ``apurge_tombstones``
+  (:mod:`chatledger.tombstones`): each tombstone deleted before the horizon is replaced
+  by its high-water mark in the deleting transaction; no sequence or version of the id
+  is ever valid again.
+
+Both work in batches (``batch_size`` ids read per page) and are counted; a dry run
+counts what each would delete now and changes nothing. Each kind is handled only when
+its package is installed (``chatledger[zett]``, ``chatledger[rein]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import URL
+
+from . import clock, tombstones
+from .dsn import resolve_dsn
+from .engine import Ledger
+from .errors import WrongType
+from .schema import rein_sessions_table, sessions_table
+from .selection import PURGE_BATCH, Progress, Selection, count
+
+#: The kinds of session, in the order :func:`apply` handles them.
+KINDS = ("zett", "rein")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to delete: sessions idle (no append, field change or rein save) longer than
+    ``idle``, and tombstones of sessions deleted longer than ``tombstones_after`` ago.
+    ``None`` leaves that part out; at least one is given."""
+
+    #: Delete sessions last active longer ago than this.
+    idle: timedelta | None = None
+    #: Purge tombstones deleted longer ago than this (the horizon, :mod:`chatledger.tombstones`).
+    tombstones_after: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("idle", "tombstones_after"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, timedelta):
+                raise WrongType(f"{name} must be a timedelta, not {type(value).__name__}")
+            if value < timedelta(0):
+                raise ValueError(f"{name} must not be negative")
+        if self.idle is None and self.tombstones_after is None:
+            raise ValueError("say what to delete: idle and/or tombstones_after")
+
+
+@dataclass
+class Report:
+    """What :func:`apply` did (or, in a dry run, would do now), per kind."""
+
+    dry_run: bool
+    #: The cutoffs, taken once when the run started (UTC); ``None`` for a part left out.
+    idle_before: datetime | None
+    deleted_before: datetime | None
+    #: Idle sessions deleted (a dry run: selected now).
+    sessions: dict[str, int] = field(default_factory=dict)
+    #: Idle sessions selected but kept: written to (or deleted) after they were read.
+    kept: dict[str, int] = field(default_factory=dict)
+    #: Tombstones purged (a dry run: older than the horizon now).
+    tombstones: dict[str, int] = field(default_factory=dict)
+
+
+def _live(kind: str) -> Any:
+    if kind == "rein":
+        return rein_sessions_table.c.session_json.is_not(None)
+    return sessions_table.c.deleted_at.is_(None)
+
+
+def _table(kind: str) -> Any:
+    return rein_sessions_table if kind == "rein" else sessions_table
+
+
+@asynccontextmanager
+async def _stores(url: URL, kinds: tuple[str, ...], options: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """The zett storage and the rein store of the database, each if its package is installed."""
+    opened: dict[str, Any] = {}
+    try:
+        if "zett" in kinds:
+            try:
+                from .zett import LedgerSessionStorage
+            except ImportError:
+                pass
+            else:
+                opened["zett"] = LedgerSessionStorage(url, **options)
+        if "rein" in kinds:
+            try:
+                from .rein import LedgerSessionStore
+            except ImportError:
+                pass
+            else:
+                opened["rein"] = LedgerSessionStore(url, **options)
+        yield opened
+    finally:
+        if "zett" in opened:
+            await opened["zett"].close()
+        if "rein" in opened:
+            await opened["rein"].aclose()
+
+
+async def apply(
+    dsn: str | URL | None,
+    policy: Policy,
+    *,
+    dry_run: bool = False,
+    kinds: tuple[str, ...] = KINDS,
+    batch_size: int = PURGE_BATCH,
+    progress: Progress | None = None,
+    **options: Any,
+) -> Report:
+    """Apply ``policy`` to the database of ``dsn`` (the DSN rule of
+    :func:`chatledger.dsn.resolve_dsn`): first the idle sessions, then the tombstones.
+
+    Args:
+        dry_run: count what would be deleted now; delete nothing.
+        kinds: ``"zett"`` and/or ``"rein"``; a kind whose package is not installed is
+            left out of the report.
+        batch_size: ids read per page (at least 1).
+        progress: called after each candidate with its id and whether it was deleted
+            (for rein on the store's loop thread).
+        options: the stores' options (:class:`chatledger.options.LedgerOptions`).
+
+    Raises:
+        ValueError: a bad ``kinds``; WrongType: an argument of the wrong type.
+        StorageUnavailable, ConfigurationError, SchemaNotReady: as every call; what was
+            deleted until then stays deleted.
+    """
+    if not isinstance(policy, Policy):
+        raise WrongType(f"policy must be a chatledger.retention.Policy, not {type(policy).__name__}")
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"kinds must name zett and/or rein, not {list(kinds)!r}")
+    now = clock.utc_now()
+    idle = None if policy.idle is None else Selection.of(idle_before=now - policy.idle)
+    before = (
+        None if policy.tombstones_after is None else tombstones.cutoff(None, now - policy.tombstones_after)
+    )
+    report = Report(dry_run, None if idle is None else idle.idle_before, before)
+    url = resolve_dsn(dsn)
+    options.setdefault("auto_upgrade", False)
+    async with _stores(url, kinds, options) as stores:
+        if dry_run:
+            # Read through a ledger of its own: the rein store runs on its own loop thread.
+            selector = Ledger(url, **options)
+            try:
+                for kind in stores:
+                    if idle is not None:
+                        report.sessions[kind] = await count(selector, _table(kind), _live(kind), idle)
+                    if before is not None:
+                        store = tombstones.ZETT if kind == "zett" else tombstones.REIN
+                        report.tombstones[kind] = await tombstones.pending(selector, store, before)
+            finally:
+                await selector.close()
+            return report
+        for kind, store in stores.items():
+            if idle is None:
+                continue
+            kept: list[str] = []
+
+            def seen(session_id: str, done: bool, kept: list[str] = kept) -> object:
+                if not done:
+                    kept.append(session_id)
+                return None if progress is None else progress(session_id, done)
+
+            arguments: dict[str, Any] = {
+                "idle_before": idle.idle_before,
+                "batch_size": batch_size,
+                "progress": seen,
+            }
+            if kind == "zett":
+                report.sessions[kind] = await store.purge_sessions(**arguments)
+            else:
+                report.sessions[kind] = await store.apurge(**arguments)
+            report.kept[kind] = len(kept)
+        for kind, store in stores.items():
+            if before is None:
+                continue
+            arguments = {"deleted_before": before, "batch_size": batch_size, "progress": progress}
+            if kind == "zett":
+                report.tombstones[kind] = await store.purge_tombstones(**arguments)
+            else:
+                report.tombstones[kind] = await store.apurge_tombstones(**arguments)
+    return report

@@ -1,0 +1,156 @@
+"""Purging tombstones after a horizon, keeping the rule that an id's sequences and
+versions are never valid twice.
+
+A deleted session's tombstone (zett: its counter row with ``deleted_at`` set; rein:
+its row with no session JSON) keeps the id and its last sequence and versions
+(README, "Deleting and starting again"). :func:`purge` deletes the tombstones older
+than a cutoff and, in the same transaction, keeps their high water in a mark
+(:mod:`chatledger.marks`): the store, a digest of the id, the last sequence and the
+version, nothing else.
+
+**What the horizon promises.** For ``horizon`` after a delete, the tombstone itself
+stays: ``export`` and ``copy`` carry it (the id stays deleted in the target), and a
+late writer is told when it was deleted. Marks are not exported: a database copied
+after a purge does not know the purged ids. After the horizon only the mark stays, and a
+writer of any age, holding any view of the id, is treated as the tombstone treated it:
+
+* a zett ``append`` raises :class:`chatledger.SessionDeleted` (nothing written), a
+  checkpoint or ``update_session`` is refused as on an unknown session;
+* ``create_session(session_id=...)`` starts a new generation numbered on from the
+  mark's last sequence, with a ``fields_version`` above the mark's;
+* a rein save numbers its version on from the mark's (a compare-and-set at a version
+  read before the delete is refused, as it was against the tombstone);
+* an import (``chatledger import``/``copy``) of a session row below the mark is refused.
+
+So no sequence or version is reused, whatever the horizon; a shorter horizon only
+forgets sooner when and which session was deleted. Two conditions, both stated in
+``docs/retention.md``: every writer runs code of revision 0005 or later (the code of
+0004, which ``compatible_from`` lets run, ignores marks), and on PostgreSQL the
+writers' isolation is READ COMMITTED (the default) or SERIALIZABLE -- at REPEATABLE
+READ a first append whose statement began before a purge of the same id committed
+cannot see its mark.
+
+**Conditional.** Candidates are read a page at a time; each is deleted in its own
+transaction whose ``DELETE`` checks again that the row is still a tombstone older
+than the cutoff and still at the versions the page read: a tombstone revived or
+re-created in between (``create_session``, a rein save) is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, Table, delete
+
+from . import clock, marks, validate
+from .errors import WrongType
+from .schema import (
+    raw_messages_table,
+    rein_sessions_table,
+    rein_writes_table,
+    sessions_table,
+    snapshots_table,
+)
+from .selection import PURGE_BATCH, Progress, Selection, count, purge
+
+if TYPE_CHECKING:
+    from .engine import Ledger
+
+
+@dataclass(frozen=True)
+class _Store:
+    """One store's tombstones: their table, how a tombstone older than a cutoff reads,
+    the columns a purge checks again, and what its mark keeps."""
+
+    table: Table
+    store: int
+    versions: tuple[str, ...]
+
+    def older_than(self, cutoff: datetime) -> ColumnElement[bool]:
+        table = self.table
+        if self.store == marks.ZETT:
+            return table.c.deleted_at.is_not(None) & (table.c.deleted_at < cutoff)
+        return table.c.session_json.is_(None) & (table.c.updated_at < cutoff)
+
+    def high_water(self, seen: Mapping[str, Any]) -> tuple[int, int]:
+        if self.store == marks.ZETT:
+            return int(seen["last_sequence"]), int(seen["fields_version"])
+        return 0, int(seen["version"])
+
+
+#: zett tombstones: ``deleted_at`` is when it was deleted; a revive bumps ``fields_version``.
+ZETT = _Store(sessions_table, marks.ZETT, ("last_sequence", "fields_version"))
+#: rein tombstones: the delete set ``updated_at``; every save and delete bumps ``version``.
+REIN = _Store(rein_sessions_table, marks.REIN, ("version",))
+
+
+def cutoff(horizon: timedelta | None, deleted_before: datetime | None) -> datetime:
+    """The validated cutoff of a tombstone purge: ``deleted_before`` itself, or
+    ``utc_now() - horizon``.
+
+    Raises:
+        ValueError: both or neither given; a negative ``horizon``; a naive
+            ``deleted_before`` or one outside the instants every backend stores.
+        WrongType: a ``horizon`` that is not a ``timedelta`` (a ``TypeError`` and a ``ValueError``).
+    """
+    if (horizon is None) == (deleted_before is None):
+        raise ValueError("give horizon or deleted_before, one of them")
+    if deleted_before is not None:
+        return validate.aware(deleted_before, "deleted_before")
+    if not isinstance(horizon, timedelta):
+        raise WrongType(f"horizon must be a timedelta, not {type(horizon).__name__}")
+    if horizon < timedelta(0):
+        raise ValueError("horizon must not be negative")
+    try:
+        return validate.aware(clock.utc_now() - horizon, "horizon")
+    except OverflowError:
+        raise ValueError(f"horizon {horizon} reaches before year 1") from None
+
+
+async def pending(ledger: Ledger, store: _Store, cutoff: datetime) -> int:
+    """How many of ``store``'s tombstones are older than ``cutoff`` now (a dry run)."""
+    return await count(ledger, store.table, store.older_than(cutoff), Selection())
+
+
+async def purge_tombstones(
+    ledger: Ledger,
+    store: _Store,
+    cutoff: datetime,
+    *,
+    size: int = PURGE_BATCH,
+    progress: Progress | None = None,
+) -> int:
+    """Delete ``store``'s tombstones older than ``cutoff`` (timezone-aware), each in its
+    own conditional transaction that writes its mark; returns how many it purged.
+    Pages of ``size`` ids, in id order."""
+    table = store.table
+    older = store.older_than(cutoff)
+
+    async def purge_one(id: str, seen: Mapping[str, Any]) -> bool:
+        async def work(conn: Any) -> bool:
+            # The DELETE first: it takes the row lock (SQLite's write lock) and decides.
+            gone = await conn.execute(
+                delete(table).where(
+                    table.c.id == id, older, *(table.c[name] == value for name, value in seen.items())
+                )
+            )
+            if gone.rowcount != 1:
+                return False
+            last_sequence, version = store.high_water(seen)
+            await marks.raise_to(conn, store.store, id, last_sequence, version, clock.utc_now())
+            if store.store == marks.ZETT:
+                # Nothing is left of a tombstone but rows an outside writer put there.
+                await conn.execute(delete(raw_messages_table).where(raw_messages_table.c.session_id == id))
+                await conn.execute(delete(snapshots_table).where(snapshots_table.c.session_id == id))
+            else:
+                await conn.execute(delete(rein_writes_table).where(rein_writes_table.c.session_id == id))
+            return True
+
+        return await ledger.write(work)
+
+    return await purge(
+        ledger, table, older, Selection(), purge_one, versions=store.versions, size=size, progress=progress
+    )

@@ -1,0 +1,100 @@
+"""``chatledger retention``: the retention policy (:mod:`chatledger.retention`) as a command.
+
+Its group joins :data:`chatledger.tools.cli.COMMANDS` by one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import timedelta
+
+from rich.console import Console
+
+from ..words import counted
+from .shared import Command, add_dsn
+
+HELP = (
+    "delete the sessions idle longer than a duration and purge the tombstones of sessions deleted "
+    "longer ago than a horizon, zett's and rein's (docs/retention.md)"
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "--idle", metavar="AGE", help="delete sessions last active longer ago than AGE: 90d, 12h, 2w, 1d12h"
+    )
+    parser.add_argument(
+        "--tombstones-after",
+        metavar="AGE",
+        help="purge the tombstones of sessions deleted longer ago than AGE (their ids' high-water "
+        "marks stay, so no sequence or version is reused)",
+    )
+    parser.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+    parser.add_argument("--dry-run", action="store_true", help="delete nothing: count what would be deleted")
+    parser.add_argument(
+        "--batch-size", type=int, default=500, metavar="N", help="ids read per batch (default: 500)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+
+def _age(value: str | None, option: str) -> timedelta | None:
+    from ..sessions import parse_age
+
+    if value is None:
+        return None
+    try:
+        return parse_age(value)
+    except ValueError:
+        raise ValueError(f"{option} {value!r} is not a duration such as 90d, 12h, 90m, 45s or 2w") from None
+
+
+async def run(args: argparse.Namespace, console: Console) -> int:
+    from ... import retention
+
+    if args.idle is None and args.tombstones_after is None:
+        raise ValueError("say what to delete: --idle AGE and/or --tombstones-after AGE")
+    policy = retention.Policy(
+        idle=_age(args.idle, "--idle"),
+        tombstones_after=_age(args.tombstones_after, "--tombstones-after"),
+    )
+    kinds = (args.kind,) if args.kind else retention.KINDS
+    report = await retention.apply(
+        args.dsn, policy, dry_run=args.dry_run, kinds=kinds, batch_size=args.batch_size
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "dry_run": report.dry_run,
+                    "idle_before": report.idle_before and report.idle_before.isoformat(),
+                    "deleted_before": report.deleted_before and report.deleted_before.isoformat(),
+                    "sessions": report.sessions,
+                    "kept": report.kept,
+                    "tombstones": report.tombstones,
+                },
+                sort_keys=True,
+            )
+        )
+        return 0
+    verb = "would delete" if report.dry_run else "deleted"
+    purged = "would purge" if report.dry_run else "purged"
+    for kind in kinds:
+        if kind not in report.sessions and kind not in report.tombstones:
+            console.print(f"{kind}: not installed (pip install 'chatledger[{kind}]')", markup=False)
+            continue
+        parts = []
+        if kind in report.sessions:
+            parts.append(f"{verb} {counted(report.sessions[kind], 'idle session')}")
+            if report.kept.get(kind):
+                parts.append(f"kept {counted(report.kept[kind], 'session')} written to meanwhile")
+        if kind in report.tombstones:
+            parts.append(f"{purged} {counted(report.tombstones[kind], 'tombstone')}")
+        console.print(f"{kind}: {', '.join(parts)}", markup=False, highlight=False)
+    if report.dry_run:
+        console.print("dry run: nothing deleted", markup=False)
+    return 0
+
+
+COMMANDS: tuple[Command, ...] = (Command("retention", HELP, configure, run),)
