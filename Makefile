@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test soak bench lint clean
+.PHONY: demo test soak bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,10 @@ $(BIN)/python:
 
 $(VENV)/.zett-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[zett,postgres,mysql]'
+	touch $@
+
+$(VENV)/.docs-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
@@ -36,9 +40,14 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/chatledger bench $(ARGS)
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests migrations bench
-	$(BIN)/ruff format --check src tests migrations bench
+	$(BIN)/ruff check src tests migrations bench docs/conf.py
+	$(BIN)/ruff format --check src tests migrations bench docs/conf.py
 	$(BIN)/mypy
+
+# The documentation site from docs/, into build/docs; warnings (a broken link or
+# reference, a docstring Sphinx cannot read) fail it. Nothing is fetched while building.
+docs: $(VENV)/.docs-installed
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs build/docs $(ARGS)
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,52 @@
+"""Sphinx configuration of chatledger's documentation site (``make docs``).
+
+The pages are the Markdown files of this directory (MyST); the API reference is
+generated from the docstrings (autodoc) and the CLI reference from the argument parser
+(sphinx-argparse). Nothing is fetched while building: no intersphinx, and Furo uses the
+system's fonts. ``docs/contributing.md`` says why Sphinx.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import chatledger
+
+project = "chatledger"
+author = "chatledger's developers"
+copyright = "chatledger's developers"
+release = chatledger.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    # the docstrings' Google-style sections (Args:, Returns:, Raises:)
+    "sphinx.ext.napoleon",
+    "sphinxarg.ext",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+
+# GitHub's heading anchors (`#two-roles-owner-and-runtime`), so the same links work in
+# the repository's Markdown view and on the site, down to ### headings.
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+
+# The docstrings are reST with Google-style sections; signatures show the annotations as written.
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+autodoc_default_options = {"members": True, "show-inheritance": True}
+
+html_theme = "furo"
+html_title = f"chatledger {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+
+# accessible-pygments (Furo's dependency) sets the root logger to INFO on import, which
+# would print Alembic's INFO lines while autodoc imports chatledger.migrate.
+logging.getLogger("alembic").setLevel(logging.WARNING)
+html_copy_source = False
