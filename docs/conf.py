@@ -50,3 +50,5 @@ html_show_sourcelink = False
 # would print Alembic's INFO lines while autodoc imports chatledger.migrate.
 logging.getLogger("alembic").setLevel(logging.WARNING)
 html_copy_source = False
+# Option names stay as typed (`--sql`, not an en dash), in help texts and pages alike.
+smartquotes = False
