@@ -45,9 +45,13 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/mypy
 
 # The documentation site from docs/, into build/docs; warnings (a broken link or
-# reference, a docstring Sphinx cannot read) fail it. Nothing is fetched while building.
+# reference, a docstring Sphinx cannot read) fail it. -E reads every page and docstring
+# again, so no warning hides in a cached page. Nothing is fetched while building, and
+# the pages load nothing from elsewhere (no fonts, scripts or styles by URL).
 docs: $(VENV)/.docs-installed
-	$(BIN)/sphinx-build -W --keep-going -q -b html docs build/docs $(ARGS)
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs $(ARGS)
+	@! grep -rlE '<(script|link|img)[^>]+(src|href)="(https?:)?//' build/docs --include='*.html' \
+		|| { echo "make docs: the pages above load something by URL; the site must work offline" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV)
