@@ -9,6 +9,10 @@ system's fonts. ``docs/contributing.md`` says why Sphinx.
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from sphinx.application import Sphinx
+from sphinx.ext.napoleon import Config, GoogleDocstring
 
 import chatledger
 
@@ -21,8 +25,6 @@ version = release
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
-    # the docstrings' Google-style sections (Args:, Returns:, Raises:)
-    "sphinx.ext.napoleon",
     "sphinxarg.ext",
 ]
 
@@ -52,3 +54,19 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 html_copy_source = False
 # Option names stay as typed (`--sql`, not an en dash), in help texts and pages alike.
 smartquotes = False
+
+
+# The docstrings' Google-style sections (Args:, Returns:, Raises:), through napoleon's
+# parser. Not for attributes, data and properties: their "#:" comments are prose, and
+# napoleon would take the text before a first colon ("``None``: yes for SQLite") for a
+# type.
+GOOGLE = Config(napoleon_numpy_docstring=False)
+
+
+def google_sections(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+    if what not in ("attribute", "data", "property"):
+        lines[:] = GoogleDocstring(lines, GOOGLE, app, what, name, obj, options).lines()
+
+
+def setup(app: Sphinx) -> None:
+    app.connect("autodoc-process-docstring", google_sections)
