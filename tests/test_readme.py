@@ -2,14 +2,12 @@
 references resolve, the CLI reference and troubleshooting pages cover every command
 and error class, the API reference names every public class, and the README's
 getting-started, zett and rein examples (which the site includes) print what they
-say they print (run as a reader would, on SQLite), and the deploying guide's script
-migrates a fresh database of every target."""
+say they print (run as a reader would, on SQLite). The deploying guide's script runs
+on every target in test_docs_deploy.py."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import functools
 import os
 import re
 import subprocess
@@ -20,9 +18,6 @@ import pytest
 
 import chatledger
 from chatledger.tools.cli import COMMANDS, build_parser
-
-from .conftest import Database
-from .schema_helpers import dsn_of, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -202,23 +197,3 @@ def test_rein_example_prints_what_it_says(tmp_path: Path) -> None:
 def test_zett_agent_example_prints_what_it_says(tmp_path: Path) -> None:
     source, output = example("Using it with zett-agent", "import asyncio")
     run_example(source, output, "agent.py", tmp_path)
-
-
-async def test_deploy_script_runs(database: Database, tmp_path: Path) -> None:
-    """The deploying guide's deploy script, with a fresh empty database of each target
-    as the owner's DSN: it upgrades it, says so, and finds it usable."""
-    source = next(
-        text
-        for language, text in code_blocks(page("deploying.md"))
-        if language == "python" and "async def deploy" in text
-    )
-    (tmp_path / "deploy.py").write_text(source)
-    env = {key: value for key, value in os.environ.items() if key != "CHATLEDGER_DSN"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
-    async with fresh_database(database, tmp_path, "deployed") as url:
-        env["OWNER_DSN"] = dsn_of(url)
-        command = [sys.executable, "deploy.py"]
-        run = functools.partial(subprocess.run, cwd=tmp_path, env=env, capture_output=True, text=True)
-        done = await asyncio.to_thread(run, command)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("applied 0001"), done.stdout
