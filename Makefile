@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test soak bench lint clean
+.PHONY: demo test soak bench lint docs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,10 @@ $(BIN)/python:
 
 $(VENV)/.zett-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[zett,postgres,mysql]'
+	touch $@
+
+$(VENV)/.docs-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
@@ -39,9 +43,18 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/chatledger bench $(ARGS)
 
 lint: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests migrations bench
-	$(BIN)/ruff format --check src tests migrations bench
+	$(BIN)/ruff check src tests migrations bench docs/conf.py
+	$(BIN)/ruff format --check src tests migrations bench docs/conf.py
 	$(BIN)/mypy
+
+# The documentation site from docs/, into build/docs; warnings (a broken link or
+# reference, a docstring Sphinx cannot read) fail it. -E reads every page and docstring
+# again, so no warning hides in a cached page. Nothing is fetched while building, and
+# the pages load nothing from elsewhere (no fonts, scripts or styles by URL).
+docs: $(VENV)/.docs-installed
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html docs build/docs $(ARGS)
+	@! grep -rlE '<(script|link|img)[^>]+(src|href)="(https?:)?//' build/docs --include='*.html' \
+		|| { echo "make docs: the pages above load something by URL; the site must work offline" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV)

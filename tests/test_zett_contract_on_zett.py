@@ -2,8 +2,8 @@
 
 It shows the suite is implementation-neutral, and marks each place where chatledger
 differs from zett's own store on purpose (each an ``xfail`` with the reason, strict,
-so that a change on either side is noticed). Each reason is a row of the README's
-table "Where it differs from zett-agent's own store"; keep the two in step.
+so that a change on either side is noticed). Each reason is a row of the
+table "Where it differs from zett-agent's own store" (``docs/zett.md``); keep the two in step.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from chatledger.testing import ZettStorageContract, expected_to_differ
 
-#: Where chatledger differs from zett-agent's own store on purpose: the README row's
-#: behaviour cell ("Where it differs from zett-agent's own store") and the reason.
+#: Where chatledger differs from zett-agent's own store on purpose: the row's behaviour
+#: cell in docs/zett.md ("Where it differs from zett-agent's own store") and the reason.
 DIFFERENCES = {
     "test_append_strips_the_session_fields": (
         "a title or agent name given to `append`",
@@ -58,8 +58,8 @@ for _name, (_, _reason) in DIFFERENCES.items():
     setattr(TestOnZettsOwnStore, _name, expected_to_differ(getattr(ZettStorageContract, _name), _reason))
 
 
-def test_each_difference_is_a_row_of_the_readme() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    table = readme.split("### Where it differs from zett-agent's own store", 1)[1].split("\n## ", 1)[0]
+def test_each_difference_is_a_row_of_the_docs() -> None:
+    guide = (Path(__file__).parent.parent / "docs" / "zett.md").read_text(encoding="utf-8")
+    table = guide.split("## Where it differs from zett-agent's own store", 1)[1].split("\n## ", 1)[0]
     for row, _ in DIFFERENCES.values():
         assert f"\n| {row} |" in table, row

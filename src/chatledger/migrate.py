@@ -624,7 +624,9 @@ async def upgrade(
     repository checkout needed). Run it as the schema owner. Upgrading a database already
     at ``revision`` does nothing; :attr:`Upgrade.summary` says what was done.
 
-    Raises (the CLI's exit status 2 for each):
+    The command exits 2 on each error below.
+
+    Raises:
         SchemaNotReady: the schema lock was not granted within ``lock_timeout`` seconds;
             the database holds zett-agent's own tables (``chatledger adopt``); or it is at
             a newer revision this chatledger cannot run on (upgrade chatledger).
@@ -699,7 +701,9 @@ async def current(dsn: str | URL | None = None) -> Current:
     """``chatledger current``: the revision of an existing database, what it serves, the
     head and the standing; reads only.
 
-    Raises (the CLI's exit status 2 for each):
+    The command exits 2 on each error below.
+
+    Raises:
         ValueError: an invalid DSN, or a SQLite file that does not exist.
         ConfigurationError: the server refused the connection or the read.
     """
@@ -749,7 +753,9 @@ async def check(dsn: str | URL | None = None) -> Check:
     application's Alembic version table beside chatledger's adds the hooks its
     ``env.py`` needs to the message (the status stays).
 
-    Raises (the CLI's exit status 2 for each):
+    The command exits 2 on each error below.
+
+    Raises:
         ValueError: an invalid DSN, or a SQLite file that does not exist.
         ConfigurationError: the server refused the connection or the read.
         SchemaNotReady: the version table holds several revisions.

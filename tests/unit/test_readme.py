@@ -1,6 +1,9 @@
-"""The README holds: its links and section references resolve, its CLI reference and
-troubleshooting cover every command and error class, and its getting-started and
-rein examples print what it says they print (run as a reader would, on SQLite)."""
+"""The README and the documentation site (``docs/``) hold: their links and section
+references resolve, the CLI reference and troubleshooting pages cover every command
+and error class, the API reference names every public class, and the README's
+getting-started, zett and rein examples (which the site includes) print what they
+say they print (run as a reader would, on SQLite). The deploying guide's script runs
+on every target in test_docs_deploy.py."""
 
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ README = (ROOT / "README.md").read_text()
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 
 
+def page(name: str) -> str:
+    """The site's page ``docs/NAME``."""
+    return (ROOT / "docs" / name).read_text()
+
+
 def headings(markdown: str) -> list[str]:
     """The headings' text, outside fenced code blocks."""
     found, fenced = [], False
@@ -37,11 +45,11 @@ def anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
-def section(title: str) -> str:
-    """The README's ``## title`` section, up to the next ``## ``."""
-    start = README.index(f"\n## {title}\n")
-    end = README.find("\n## ", start + 1)
-    return README[start : end if end != -1 else None]
+def section(title: str, markdown: str = README) -> str:
+    """The ``## title`` section of ``markdown`` (the README's by default), up to the next ``## ``."""
+    start = markdown.index(f"\n## {title}\n")
+    end = markdown.find("\n## ", start + 1)
+    return markdown[start : end if end != -1 else None]
 
 
 def code_blocks(markdown: str) -> list[tuple[str, str]]:
@@ -64,14 +72,53 @@ def test_links_resolve(path: Path) -> None:
 
 def test_quoted_sections_exist() -> None:
     """Messages and docs that send a reader to a README section by name ("Two roles: owner
-    and runtime") name one that exists."""
+    and runtime") name one that exists; a page's ``see "…"`` names a section of its own
+    (one on another page is a link, which test_links_resolve checks)."""
     names = set(headings(README))
     sources = [*(ROOT / "src").rglob("*.py"), *DOCS]
     for source in sources:
         for name in re.findall(r"README(?:'s)?,? \"([^\"]+)\"", source.read_text()):
             assert any(heading.startswith(name) for heading in names), f"{source.name}: no README {name!r}"
-    for name in re.findall(r'see "([^"]+)"', README):
-        assert any(heading.startswith(name) for heading in names), f"README refers to a missing {name!r}"
+    for path in [ROOT / "README.md", *DOCS]:
+        own = headings(path.read_text())
+        for quoted in re.findall(r'see "([^"]+)"', path.read_text()):
+            name = " ".join(quoted.split())  # a name may wrap across lines
+            assert any(heading.startswith(name) for heading in own), (
+                f"{path.name} refers to a missing {name!r}"
+            )
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda path: path.name)
+def test_included_readme_parts_exist(path: Path) -> None:
+    """The site includes the README's quick start and examples between markers: each
+    marker is in the README once, and the part between them holds no link (a link
+    relative to the README would break on the site)."""
+    for start, end in re.findall(r"^:start-after: (.+)\n:end-before: (.+)$", path.read_text(), re.MULTILINE):
+        assert README.count(start) == 1 and README.count(end) == 1, (path.name, start, end)
+        part = README.split(start, 1)[1].split(end, 1)[0]
+        assert "](" not in part, f"{start}: a link in an included part"
+
+
+def test_readme_is_a_quick_start() -> None:
+    """The README stays short and keeps its two commands and the demo."""
+    assert len(README.splitlines()) <= 300
+    for shown in ("make demo", "make test", "$ chatledger demo", "hello.py"):
+        assert shown in README, shown
+
+
+def test_api_reference_names_every_public_class() -> None:
+    import chatledger.rein
+    import chatledger.zett
+
+    reference = page("api.md")
+    for name in chatledger.__all__:
+        assert f":: chatledger.{name}\n" in reference, name
+    for module in (chatledger.zett, chatledger.rein):
+        for name in module.__all__:
+            documented = f":: {module.__name__}.{name}\n" in reference
+            assert documented or name in chatledger.__all__, f"{module.__name__}.{name}"
+    for name in ("upgrade", "check", "current", "downgrade", "include_name", "include_object", "app_hooks"):
+        assert f":: chatledger.migrate.{name}\n" in reference, name
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -83,7 +130,8 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def test_cli_reference_lists_every_command() -> None:
-    reference = section("CLI reference")
+    reference = page("cli.md")
+    assert ":func: build_parser" in reference  # and the generated listing of every option
     for command in COMMANDS:
         assert f"| `chatledger {command.name}" in reference, command.name
     sessions = subcommands(subcommands(build_parser())["sessions"])
@@ -93,7 +141,7 @@ def test_cli_reference_lists_every_command() -> None:
 
 
 def test_troubleshooting_covers_every_error_class() -> None:
-    troubleshooting = section("Troubleshooting")
+    troubleshooting = page("troubleshooting.md")
     for name in chatledger.__all__:
         assert f"`{name}`" in troubleshooting or f"`chatledger.{name}`" in troubleshooting, name
 
@@ -124,8 +172,8 @@ def run_example(source: str, output: str, script: str, cwd: Path) -> None:
 
 
 def example(title: str, opening: str) -> tuple[str, str]:
-    """The ``python`` block of section ``title`` that starts with ``opening``, and the
-    ``console`` block right after it."""
+    """The ``python`` block of the README's section ``title`` that starts with
+    ``opening``, and the ``console`` block right after it."""
     blocks = code_blocks(section(title))
     for index, (language, text) in enumerate(blocks):
         if language == "python" and text.startswith(opening):
