@@ -126,7 +126,7 @@ async def test_psycopg_tells_a_stale_statement_by_the_server_routine(
         assert (stale.orig.sqlstate, stale.orig.diag.source_function) == ("0A000", "RevalidateCachedQuery")  # type: ignore[union-attr]
         # The same error worded in another language is still transient.
         stale.orig.args = ("el plan en caché no debe cambiar el tipo de resultado",)  # type: ignore[union-attr]
-        assert classify(storage.ledger.rules, stale) is Failure.TRANSIENT
+        assert classify(storage.ledger.backend, stale) is Failure.TRANSIENT
         # Another feature_not_supported is the statement's own failure, never retried:
         # a DatabaseError carrying the SQLSTATE, the driver's error as its cause.
         with pytest.raises(DatabaseError) as other:
@@ -135,7 +135,7 @@ async def test_psycopg_tells_a_stale_statement_by_the_server_routine(
             )
         assert other.value.code == "0A000"
         assert isinstance(other.value.__cause__, DBAPIError)
-        assert classify(storage.ledger.rules, other.value.__cause__) is Failure.OTHER
+        assert classify(storage.ledger.backend, other.value.__cause__) is Failure.OTHER
         assert storage.ledger.retries == 1
 
 

@@ -227,7 +227,7 @@ async def _restart_under_load(server: ThrowawayServer, storage: LedgerSessionSto
 
     async def held_work(conn: AsyncConnection) -> int | None:
         # The append's own statements, then the transaction waits for the server to go.
-        sequence = await storage.ledger.rules.append_message(
+        sequence = await storage.ledger.backend.append_message(
             conn, _append_values(held_session), row, row["created_at"]
         )
         inside.set()

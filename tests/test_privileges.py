@@ -212,7 +212,7 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
         now = datetime.now(UTC)
         rein_id = f"r-{uuid.uuid4()}"
         row = {"id": rein_id, "session_json": "{}", "created_at": now, "updated_at": now}
-        save = storage.ledger.rules.save_rein_session
+        save = storage.ledger.backend.save_rein_session
 
         async def save_twice(conn: AsyncConnection) -> tuple[int | None, int | None]:
             return await save(conn, row, False), await save(conn, row, False)

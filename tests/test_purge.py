@@ -273,7 +273,7 @@ async def test_a_prefix_is_byte_exact_under_a_language_collation_too(
         await conn.run_sync(table.create)
         await conn.execute(table.insert(), [{"id": name} for name in names])
         matched = await conn.scalars(
-            select(table.c.id).where(id_prefix(table.c.id, "tmp-", storage.ledger.rules))
+            select(table.c.id).where(id_prefix(table.c.id, "tmp-", storage.ledger.backend))
         )
         assert set(matched) == {"tmp-", "tmp-a", "tmp-z"}
         await conn.run_sync(table.drop)

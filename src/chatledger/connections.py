@@ -68,8 +68,8 @@ class Connections:
     url: URL
     #: SQLAlchemy's dialect name: "postgresql", "mysql" or "sqlite".
     dialect: str
-    #: The rules of the dialect and driver.
-    rules: dialects.DialectRules
+    #: The backend of the dialect and driver.
+    backend: dialects.Backend
     engine: AsyncEngine
 
     def __init__(self, dsn: str | URL | None, engine: AsyncEngine | None, options: LedgerOptions) -> None:
@@ -81,13 +81,13 @@ class Connections:
         else:
             self.url = resolve_dsn(dsn)
             self.dialect = self.url.get_backend_name()
-            self.rules = dialects.rules(self.dialect, self.url.get_driver_name())
+            self.backend = dialects.backend(self.dialect, self.url.get_driver_name())
             self.engine = self._create_engine()
         #: The engine with the execution options of a write and of a snapshot-consistent
         #: read set once (``Engine.execution_options``: a copy sharing the pool and its
         #: events), so that a transaction does not set them per call.
-        self.writer = self.engine.execution_options(**self.rules.write)
-        self.reader = self.engine.execution_options(**self.rules.snapshot_read)
+        self.writer = self.engine.execution_options(**self.backend.write)
+        self.reader = self.engine.execution_options(**self.backend.snapshot_read)
         #: Set by :meth:`close`: no call may start any more.
         self.closed = False
         self._loop_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()
@@ -100,22 +100,22 @@ class Connections:
         path = sqlite_file(self.url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        ours = self.rules.connect_args(self.options)
+        ours = self.backend.connect_args(self.options)
         # The caller's own settings win over ours, one by one: the DSN's, then connect_args.
         from_dsn = {name: value for name, value in self.url.query.items() if name in ours}
         connect_args = dialects.merge_connect_args(ours, from_dsn, self.options.connect_args)
         engine_options: dict[str, Any] = {
-            **self.rules.engine_options,
+            **self.backend.engine_options,
             "echo": self.options.echo,
             "connect_args": connect_args,
-            "pool_pre_ping": self.options.pool_pre_ping and self.rules.server,
+            "pool_pre_ping": self.options.pool_pre_ping and self.backend.server,
         }
         if self.options.pgbouncer:
-            if not self.rules.pgbouncer:
+            if not self.backend.pgbouncer:
                 raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
             engine_options["poolclass"] = NullPool
-            engine_options["connect_args"].update(self.rules.pgbouncer_connect_args())
-        elif self.rules.server:
+            engine_options["connect_args"].update(self.backend.pgbouncer_connect_args())
+        elif self.backend.server:
             engine_options.update(
                 pool_size=self.options.pool_size,
                 max_overflow=self.options.max_overflow,
@@ -138,7 +138,7 @@ class Connections:
                 f"{', '.join(given)} set up the engine chatledger creates; with engine= "
                 "set them on your engine"
             )
-        self.engine, self.rules = dialects.adopt_engine(engine)
+        self.engine, self.backend = dialects.adopt_engine(engine)
         # Checked as a DSN would be (a server database named, MySQL's charset); used for
         # display and by auto_upgrade, which migrates on a connection of its own.
         self.url = resolve_dsn(engine.url)

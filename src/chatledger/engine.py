@@ -67,8 +67,8 @@ class Ledger:
     url: URL
     #: SQLAlchemy's dialect name: "postgresql", "mysql" or "sqlite".
     dialect: str
-    #: The rules of the dialect and driver.
-    rules: dialects.DialectRules
+    #: The backend of the dialect and driver.
+    backend: dialects.Backend
     engine: AsyncEngine
 
     def __init__(
@@ -79,7 +79,7 @@ class Ledger:
         self.readiness = Readiness(self.connections, self.options)
         self.transactions = Transactions(self.connections, self.options, self.readiness)
         self.url, self.dialect = self.connections.url, self.connections.dialect
-        self.rules, self.engine = self.connections.rules, self.connections.engine
+        self.backend, self.engine = self.connections.backend, self.connections.engine
         #: Whether the engine is the caller's (``engine=``): used, never disposed.
         self.foreign = self.connections.foreign
 

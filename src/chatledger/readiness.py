@@ -31,7 +31,7 @@ class Readiness:
     """Whether one ledger's database is at a revision this chatledger runs on.
 
     Args:
-        connections: The ledger's engine, its URL and rules.
+        connections: The ledger's engine, its URL and backend.
         options: The ledger's options (``auto_upgrade``, ``pgbouncer``, ``connect_args``).
     """
 
@@ -39,16 +39,16 @@ class Readiness:
         self.connections = connections
         self.options = options
         self.url = connections.url
-        self.rules = connections.rules
+        self.backend = connections.backend
         self.foreign = connections.foreign
         self.auto_upgrade = (
-            self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.rules.server
+            self.options.auto_upgrade if self.options.auto_upgrade is not None else not self.backend.server
         )
         #: Whether the check passed; cleared when a call finds a table or column missing.
         self.ready = False
         #: Largest statement the server accepts, in bytes; read from the server (MySQL's
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
-        self.statement_limit = self.rules.statement_limit
+        self.statement_limit = self.backend.statement_limit
 
     async def ensure_ready(self, transactions: Transactions) -> None:
         """See :meth:`chatledger.engine.Ledger.ensure_ready`; reads through ``transactions``."""
@@ -59,7 +59,7 @@ class Readiness:
                 return
             if self.foreign:
                 await transactions.run(
-                    lambda conn: conn.run_sync(self.rules.check_foreign),
+                    lambda conn: conn.run_sync(self.backend.check_foreign),
                     options=dialects.FOREIGN_CHECK_OPTIONS,
                     ready=False,
                 )
@@ -73,7 +73,7 @@ class Readiness:
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:
-                    connect_args.update(self.rules.pgbouncer_connect_args())
+                    connect_args.update(self.backend.pgbouncer_connect_args())
                 try:
                     state = await migrate.upgrade_schema(self.url, connect_args=connect_args)
                 except (DatabaseError, StorageUnavailable, SQLAlchemyError, OSError) as error:
@@ -94,7 +94,7 @@ class Readiness:
                 # zett-agent's tables: adopt them; auto_upgrade would be refused.
                 extra = AUTO_UPGRADE_HINT if standing is migrate.Standing.BEHIND and hint is None else ""
                 raise SchemaNotReady(migrate.describe(self.url, state, remedy=hint) + extra)
-            query = self.rules.statement_limit_query
+            query = self.backend.statement_limit_query
             if query is not None:
                 limit = await transactions.run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
@@ -113,7 +113,7 @@ class Readiness:
                 )
             except SchemaNotReady as error:
                 missing = error.__cause__
-                if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.rules, missing):
+                if not isinstance(missing, DBAPIError) or not dialects.missing_table(self.backend, missing):
                     raise
                 if attempt:
                     raise SchemaNotReady(

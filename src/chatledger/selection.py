@@ -152,7 +152,7 @@ class Selection:
 
 async def count(ledger: Ledger, table: Table, live: ColumnElement[bool], selection: Selection) -> int:
     """How many live sessions of ``table`` the selection holds now."""
-    statement = select(func.count()).select_from(table).where(live, *selection.where(table, ledger.rules))
+    statement = select(func.count()).select_from(table).where(live, *selection.where(table, ledger.backend))
 
     async def work(conn: AsyncConnection) -> int:
         return int(await conn.scalar(statement) or 0)
@@ -175,7 +175,7 @@ async def candidates(
     make a page repeat or skip an id: with a cutoff, in activity order (``updated_at``,
     then id; the activity index); by prefix alone, in id order (the primary key's
     range)."""
-    conditions = [live, *selection.where(table, ledger.rules)]
+    conditions = [live, *selection.where(table, ledger.backend)]
     by_activity = selection.idle_before is not None
     order = (table.c.updated_at, table.c.id) if by_activity else (table.c.id,)
     after: Any = None

@@ -11,7 +11,7 @@ session's raw messages are ``last_sequence - base_sequence`` of its row (raw
 messages are never deleted one by one), so no raw message is read; the statements
 read each session table once (``agent_sessions``, ``rein_sessions``) and count the
 checkpoint and write-log rows (their primary keys). Sizes come from the backend
-(:attr:`chatledger.dialects.DialectRules.storage_size`).
+(:attr:`chatledger.dialects.Backend.storage_size`).
 
 Each framework is one :class:`Framework` in :data:`FRAMEWORKS` (its name, tables and
 counting query), so another slots in as one more entry.
@@ -210,10 +210,10 @@ async def read_stats(
         for framework in frameworks:
             counts, biggest = await framework.count(conn, top)
             found.append(FrameworkStats(framework.name, counts, biggest, list(framework.tables)))
-        size = await conn.run_sync(ledger.rules.storage_size, tables)
+        size = await conn.run_sync(ledger.backend.storage_size, tables)
         return Stats(
             display(ledger.url),
-            ledger.rules.db_system(conn.dialect),
+            ledger.backend.db_system(conn.dialect),
             found,
             size,
             time.perf_counter() - started,

@@ -13,7 +13,7 @@ Attributes (OpenTelemetry's semantic-convention names where there is one):
 
 * ``gen_ai.conversation.id``: the session id (gen_ai conventions);
 * ``db.system.name`` (and the older ``db.system``): the backend, from
-  :attr:`chatledger.dialects.DialectRules.db_system`; ``db.namespace``: the database;
+  :attr:`chatledger.dialects.Backend.db_system`; ``db.namespace``: the database;
   ``server.address`` / ``server.port``; ``db.operation.name``: the operation;
   ``db.response.status_code``: a retried failure's code; ``db.response.returned_rows``;
   ``error.type``: the class of the error that ended an operation;
@@ -64,7 +64,7 @@ class Ledger(Protocol):
     @property
     def engine(self) -> AsyncEngine: ...
     @property
-    def rules(self) -> Backend: ...
+    def backend(self) -> Backend: ...
 
 
 #: An attribute's value, as OpenTelemetry takes them.
@@ -199,7 +199,7 @@ def _database(ledger: Ledger) -> dict[str, AttributeValue]:
     if found is not None:
         return found
     dialect = ledger.engine.dialect
-    system = ledger.rules.db_system(dialect)
+    system = ledger.backend.db_system(dialect)
     url = ledger.url
     found = {"db.system.name": system, "db.system": system}
     if url.database:

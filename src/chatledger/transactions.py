@@ -2,8 +2,8 @@
 classified, and a write made exactly-once across a lost COMMIT.
 
 **Attempt.** A call runs its work in one transaction (:meth:`Transactions._attempt`):
-a write with the backend's write options (:attr:`DialectRules.write`), a read
-snapshot-consistent (:attr:`DialectRules.snapshot_read`). A failure is classified
+a write with the backend's write options (:attr:`Backend.write`), a read
+snapshot-consistent (:attr:`Backend.snapshot_read`). A failure is classified
 once, by :func:`chatledger.dialects.classify`: a transient one (deadlock,
 serialization failure, lock wait past ``lock_timeout``, busy SQLite file) and a
 connection lost or refused before the COMMIT was sent left nothing committed, and
@@ -102,7 +102,7 @@ class Transactions:
         self.options = options
         self.readiness = readiness
         self.url = connections.url
-        self.rules = connections.rules
+        self.backend = connections.backend
         self.engine = connections.engine
         self.foreign = connections.foreign
         #: Transient failures retried since this ledger was built (for the stress command).
@@ -249,8 +249,8 @@ class Transactions:
         )
 
     async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
-        """One transaction, a write (:attr:`DialectRules.write`) or a snapshot-consistent
-        read (:attr:`DialectRules.snapshot_read`), or one with ``options`` instead. A
+        """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
+        read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
         failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
         its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
         by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
@@ -262,19 +262,19 @@ class Transactions:
             async with engine.connect() as conn:
                 async with conn.begin():
                     if self.foreign:  # after the engine's own begin listeners
-                        await self.rules.foreign_begin(conn)
+                        await self.backend.foreign_begin(conn)
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
                 committed = True
         except DBAPIError as error:
             if committed:  # only returning the connection to the pool failed
                 return result
-            failure = dialects.classify(self.rules, error)
+            failure = dialects.classify(self.backend, error)
             if failure is dialects.Failure.TOO_LARGE:
                 raise StatementTooLarge(
                     f"the database refused the statement as too large (statement_limit "
                     f"{self.readiness.statement_limit} bytes); nothing was written: {error.orig}",
-                    code=dialects.error_code(error, self.rules),
+                    code=dialects.error_code(error, self.backend),
                     server_message=str(error.orig),
                 ) from error
             if failure is dialects.Failure.SCHEMA:
@@ -298,7 +298,7 @@ class Transactions:
             # Every other code, listed or not, becomes a chatledger error. A write's own
             # key clash becomes ConstraintViolation, which Transactions.run settles before it
             # is raised, as it settled the IntegrityError before.
-            raise dialects.database_error(self.rules, error, self.url) from error
+            raise dialects.database_error(self.backend, error, self.url) from error
         except PoolTimeout as error:
             within = (
                 f"the engine's pool_timeout ({self.engine.pool.status()})"
@@ -312,7 +312,7 @@ class Transactions:
         except SQLAlchemyError as error:  # SQLAlchemy's own, with no driver error under it
             if committed:
                 return result
-            raise dialects.database_error(self.rules, error, self.url) from error
+            raise dialects.database_error(self.backend, error, self.url) from error
         except OSError as error:  # the socket under the driver: refused, reset, timed out
             if committed:
                 return result

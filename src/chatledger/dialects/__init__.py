@@ -73,11 +73,6 @@ register(postgresql.ASYNCPG, postgresql.PSYCOPG)
 register(mysql.AIOMYSQL)
 register(sqlite.AIOSQLITE)
 
-#: The names before the package (``DialectRules``, ``rules``), for code written against
-#: them on other branches; new code uses :class:`Backend` and :func:`backend`.
-DialectRules = Backend
-rules = backend
-
 __all__ = [
     "FOREIGN_CHECK_OPTIONS",
     "GALERA_SYNC_WAIT_READS",
@@ -122,5 +117,4 @@ __all__ = [
     "register",
     "registered",
     "release_cancelled_statements",
-    "rules",
 ]

@@ -135,7 +135,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
     # Fixed before the first attempt: a retry after a commit that was not acknowledged
     # finds this save's entry in the write log, whatever saved the id since (settle).
     write_id = new_uuid7()
-    latest = ledger.rules.latest
+    latest = ledger.backend.latest
 
     async def work(conn: AsyncConnection) -> int:
         now = clock.utc_now()
@@ -147,7 +147,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
                 "created_at": now,
                 "updated_at": now,
             }
-            version = await ledger.rules.save_rein_session(conn, values, expected == 0)
+            version = await ledger.backend.save_rein_session(conn, values, expected == 0)
             if version == 1:
                 # A new row: an id whose tombstone was purged numbers on from its mark.
                 mark = await marks.take(conn, marks.REIN, id)
@@ -208,8 +208,8 @@ async def _delete(
     """The one delete: tombstones the session if it is live and still in ``selection``
     (and, for a purge, still at the version ``seen`` when its page was read), decided
     by the ``UPDATE``'s WHERE, in the deleting transaction."""
-    latest = ledger.rules.latest
-    selected = selection.where(_rein, ledger.rules)
+    latest = ledger.backend.latest
+    selected = selection.where(_rein, ledger.backend)
     selected += [_rein.c[name] == value for name, value in (seen or {}).items()]
 
     async def work(conn: AsyncConnection) -> bool:

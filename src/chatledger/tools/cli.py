@@ -218,7 +218,7 @@ def _database_error(error: SQLAlchemyError, dsn: str | None) -> str:
     database of ``dsn``; the driver's own words when that DSN cannot be read."""
     try:
         url = resolve_dsn(dsn)
-        found = dialects.rules(url.get_backend_name(), url.get_driver_name())
+        found = dialects.backend(url.get_backend_name(), url.get_driver_name())
     except (ValueError, TypeError):
         return f"database {_where(dsn)}: {getattr(error, 'orig', None) or error}"
     return str(dialects.database_error(found, error, url))

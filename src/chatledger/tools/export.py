@@ -205,7 +205,7 @@ async def export(
         tracker = Tracker(bars)
         last: Record = {}
         async with ledger.engine.connect() as conn:
-            conn = await conn.execution_options(**ledger.rules.snapshot_read)
+            conn = await conn.execution_options(**ledger.backend.snapshot_read)
             async with conn.begin():
                 with bars or contextlib.nullcontext():
                     messages = 0

@@ -186,7 +186,7 @@ def database_error(ledger: Ledger, error: DBAPIError | OSError) -> ChatledgerErr
         return StorageUnavailable(
             f"the connection to {display(ledger.url)} was lost or refused: {_said(error)}"
         )
-    return dialects.database_error(ledger.rules, error, ledger.url)
+    return dialects.database_error(ledger.backend, error, ledger.url)
 
 
 class Importer:
@@ -345,7 +345,7 @@ class Importer:
         if self._conn is None:
             conn = await self.ledger.engine.connect()
             try:
-                self._conn = await conn.execution_options(**self.ledger.rules.write)
+                self._conn = await conn.execution_options(**self.ledger.backend.write)
             except BaseException:
                 await conn.close()
                 raise
@@ -430,7 +430,7 @@ class Importer:
             failure = (
                 dialects.Failure.CONNECTION
                 if isinstance(error, OSError)
-                else dialects.classify(self.ledger.rules, error)
+                else dialects.classify(self.ledger.backend, error)
             )
             if failure is dialects.Failure.TOO_LARGE:
                 self._refuse(session, f"the database refused it as too large: {_said(error)}")

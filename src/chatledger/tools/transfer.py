@@ -67,7 +67,7 @@ async def copy(
         await reader.ensure_ready()
         try:
             async with reader.engine.connect() as conn:
-                conn = await conn.execution_options(**reader.rules.snapshot_read)
+                conn = await conn.execution_options(**reader.backend.snapshot_read)
                 async with conn.begin():
                     with bars or contextlib.nullcontext():
                         records = prefetched(_read(reader, export_records(conn, ids)))

@@ -333,7 +333,7 @@ class LedgerSessionStorage:
         await self.ledger.check_statement_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
-        append_message = self.ledger.rules.append_message
+        append_message = self.ledger.backend.append_message
 
         async def work(conn: AsyncConnection) -> int:
             sequence = await append_message(conn, session_values, row, now)
@@ -554,7 +554,7 @@ class LedgerSessionStorage:
         id = validate.identifier(session_id if session_id is not None else new_uuid7(), "session_id")
         if fields["parent_session_id"] == id:
             raise ValueError("parent_session_id must differ from session_id")
-        latest = self.ledger.rules.latest
+        latest = self.ledger.backend.latest
 
         async def work(conn: AsyncConnection) -> SessionSummary:
             # The tombstone first: the UPDATE takes its row lock (and SQLite's write lock).
@@ -639,7 +639,7 @@ class LedgerSessionStorage:
         if not changes:
             raise ValueError("At least one session field must be supplied (title or agent_name)")
         expected = None if expected_version is None else validate.version(expected_version, minimum=1)
-        latest = self.ledger.rules.latest
+        latest = self.ledger.backend.latest
 
         async def work(conn: AsyncConnection) -> SessionSummary | None:
             statement = update(_sessions).where(_sessions.c.id == session_id, _live)
@@ -800,8 +800,8 @@ class LedgerSessionStorage:
     ) -> bool:
         """The one delete: tombstones the session if it is live and still in ``selection``
         (and, for a purge, still at the versions ``seen`` when its page was read)."""
-        latest = self.ledger.rules.latest
-        selected = selection.where(_sessions, self.ledger.rules)
+        latest = self.ledger.backend.latest
+        selected = selection.where(_sessions, self.ledger.backend)
         selected += [_sessions.c[name] == value for name, value in (seen or {}).items()]
 
         async def work(conn: AsyncConnection) -> bool:
@@ -851,8 +851,8 @@ class LedgerSessionStorage:
         limit, offset = validate.page(limit, offset)
         codes = tuple(validate.session_type(code) for code in session_types) if session_types else None
         # deleted_at is NULL in every row read: ordering by it too changes nothing but the
-        # plan (see DialectRules.order_live_by_tombstone).
-        tombstone = (_sessions.c.deleted_at.desc(),) if self.ledger.rules.order_live_by_tombstone else ()
+        # plan (see Backend.order_live_by_tombstone).
+        tombstone = (_sessions.c.deleted_at.desc(),) if self.ledger.backend.order_live_by_tombstone else ()
         statement = (
             select(_sessions)
             .where(_live)
@@ -860,9 +860,9 @@ class LedgerSessionStorage:
         )
         if codes is not None:
             # Any number of types, in one bound value where the backend can (see
-            # DialectRules.any_of): one parameter per type stops at 32,767 on asyncpg.
+            # Backend.any_of): one parameter per type stops at 32,767 on asyncpg.
             statement = statement.where(
-                self.ledger.rules.any_of(_sessions.c.session_type, sorted(set(codes)))
+                self.ledger.backend.any_of(_sessions.c.session_type, sorted(set(codes)))
             )
 
         async def work(conn: AsyncConnection) -> list[SessionSummary]:
