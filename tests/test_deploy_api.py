@@ -129,18 +129,15 @@ def test_the_deploy_api_runs_from_a_wheels_layout(tmp_path: Path) -> None:
     ]
 
 
-def test_the_readmes_deploy_example_runs(tmp_path: Path) -> None:
+def test_the_readmes_deploy_section_shows_the_api_and_the_hooks() -> None:
+    """The README's deploy section, in brief since the docs site: the deploy API calls and
+    the app's Alembic hooks; the whole script is docs/deploying.md's, run on every target
+    by tests/test_docs_deploy.py."""
     from .unit.test_readme import code_blocks, section
 
     deploying = section("Deploying: migrations")
     (example,) = [text for language, text in code_blocks(deploying) if "await migrate.upgrade(" in text]
-    (tmp_path / "deploy.py").write_text(example)
-    env = {key: value for key, value in os.environ.items() if key != DSN_ENV}
-    env.update(OWNER_DSN=f"sqlite:///{tmp_path / 'app.sqlite3'}", PYTHONPATH=str(REPO_ROOT / "src"))
-    done = subprocess.run(
-        [sys.executable, "deploy.py"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
-    )
-    assert done.stdout.endswith(f"now at head ({HEAD})\n")
+    assert "from chatledger import migrate" in example and "await migrate.check(" in example
     (hooks,) = [text for language, text in code_blocks(deploying) if "include_object=include_object" in text]
     assert hooks.splitlines()[0] == "from chatledger.migrate import include_name, include_object"
 

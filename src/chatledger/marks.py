@@ -1,7 +1,7 @@
 """High-water marks: what a purged tombstone remembered, without the id.
 
 A deleted session keeps a tombstone (its counter row) so that no sequence or version
-of its id is ever valid again (README, "Deleting and starting again"). Purging the
+of its id is ever valid again (docs/zett.md, "Deleting and starting again"). Purging the
 tombstone (:mod:`chatledger.tombstones`) replaces it, in the deleting transaction, by
 a row of ``high_water_marks``: the store (:data:`ZETT`, :data:`REIN`), the SHA-256 of
 the id's UTF-8 bytes (:func:`digest`), the last sequence and the version the id

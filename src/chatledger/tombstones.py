@@ -3,7 +3,7 @@ versions are never valid twice.
 
 A deleted session's tombstone (zett: its counter row with ``deleted_at`` set; rein:
 its row with no session JSON) keeps the id and its last sequence and versions
-(README, "Deleting and starting again"). :func:`purge` deletes the tombstones older
+(docs/zett.md, "Deleting and starting again"). :func:`purge` deletes the tombstones older
 than a cutoff and, in the same transaction, keeps their high water in a mark
 (:mod:`chatledger.marks`): the store, a digest of the id, the last sequence and the
 version, nothing else.
