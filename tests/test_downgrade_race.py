@@ -3,7 +3,7 @@ downgrade counts the rows of the tables it drops commits first and is counted (t
 downgrade is refused, the row kept), on every backend.
 
 The rows are counted under a lock that keeps writers out until the DROP
-(``chatledger.dialects.DROP_GUARDS``): PostgreSQL's ``LOCK TABLE``, MySQL's ``LOCK
+(each backend's ``drop_guard``, ``chatledger.dialects``): PostgreSQL's ``LOCK TABLE``, MySQL's ``LOCK
 TABLES``, SQLite's ``BEGIN IMMEDIATE``. Each test holds a real write open across the
 downgrade's start and commits it once the downgrade waits for it.
 """

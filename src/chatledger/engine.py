@@ -205,6 +205,6 @@ class Ledger:
 
     async def read(self, work: Work[T]) -> T:
         """Run ``work`` in one snapshot-consistent read transaction (its isolation
-        stated per backend in :data:`chatledger.dialects.RULES`), retried whole like a
+        stated per backend in its :class:`chatledger.dialects.Backend`), retried whole like a
         write; a read has no ambiguous outcome."""
         return await self.transactions.read(work)
