@@ -65,7 +65,7 @@ async def test_storage_names_adopt_and_never_upgrades_zett_tables(zett_db: tuple
 
 
 async def test_commands_name_adopt_with_the_dsn_given(
-    zett_db: tuple[URL, list[str]], capsys: pytest.CaptureFixture[str]
+    zett_db: tuple[URL, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = zett_db
     dsn = dsn_of(url)
@@ -84,6 +84,13 @@ async def test_commands_name_adopt_with_the_dsn_given(
     out = capsys.readouterr().out
     assert "no chatledger schema: it holds zett-agent's own tables" in out
     assert f"chatledger adopt --dsn {dsn}" in out
+
+    # copy reads chatledger's schema only: the way to leave the original to zett is named too.
+    target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
+    assert await run(["copy", "--from", dsn, "--to", target]) == 2
+    error = capsys.readouterr().err
+    assert f"chatledger adopt --dsn {dsn}" in error and "adopt a copy of it and copy that" in error
+    assert await on_connection(url, catalog) == schema
 
     code, output = await run_alembic(url, "upgrade", "head")
     assert code != 0 and f"chatledger adopt --dsn {as_argument(resolve_dsn(url))}" in output, output

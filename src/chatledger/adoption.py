@@ -291,7 +291,8 @@ def adopt_hint(connection: Connection) -> str | None:
 
     * zett-agent's three tables and none of chatledger's own (``rein_sessions``, the
       ``chatledger_*`` bookkeeping tables): zett's own store wrote it; the sentence names
-      ``chatledger adopt``;
+      ``chatledger adopt``, and adopting a copy to leave the original to zett (what
+      ``copy`` and ``export``, which read chatledger's schema only, need from it);
     * any other mix: a revision applied halfway -- on MySQL/MariaDB every DDL statement
       commits on its own, so an upgrade stopped there (or still running) leaves its
       first tables -- or tables made by hand. The sentence names the tables and the
@@ -313,7 +314,8 @@ def adopt_hint(connection: Connection) -> str | None:
         return (
             "it holds zett-agent's own tables (agent_sessions, raw_messages, session_snapshots): "
             f"run `chatledger adopt --dsn {as_argument(connection.engine.url)}` to convert them in place "
-            "(`--dry-run` shows the steps first)"
+            "(`--dry-run` shows the steps first). Adopting is one-way: to leave this database to "
+            "zett-agent until the cutover, adopt a copy of it and copy that (docs/moving-in.md)"
         )
     found = [name for name in (*ZETT_TABLES, *OWN_TABLES) if name in present]
     # An empty version table alone is what a downgrade to base leaves: an empty database.
