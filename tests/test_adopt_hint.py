@@ -8,7 +8,7 @@ application would (see ``tests/test_adopt.py``).
 Only zett's three tables without any of chatledger's own are taken for zett's: some of
 chatledger's tables and no revision (what an upgrade killed halfway leaves on MySQL,
 whose DDL commits statement by statement) are named a half-applied revision, with the
-README's way out, since ``adopt`` refuses them.
+way out docs/deploying.md gives, since ``adopt`` refuses them.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ async def test_a_half_applied_upgrade_is_named_so_with_the_way_out(
         await upgrade_database(url)
     message = str(raised.value)
     assert "some of chatledger's tables (agent_sessions, chatledger_alembic_version)" in message
-    assert "a revision applied halfway" in message and 'README "Deploying: migrations"' in message
+    assert "a revision applied halfway" in message and 'docs/deploying.md, "Deploying: migrations"' in message
     assert "adopt" not in message
     for options in ({}, {"auto_upgrade": True}):
         async with LedgerSessionStorage(url, **options) as storage:

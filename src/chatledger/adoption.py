@@ -296,7 +296,7 @@ def adopt_hint(connection: Connection) -> str | None:
     * any other mix: a revision applied halfway -- on MySQL/MariaDB every DDL statement
       commits on its own, so an upgrade stopped there (or still running) leaves its
       first tables -- or tables made by hand. The sentence names the tables and the
-      README's steps to undo it (``adopt`` refuses such a database, unless it was an
+      steps of docs/deploying.md to undo it (``adopt`` refuses such a database, unless it was an
       adoption that stopped midway, which the sentence mentions when it may be one).
 
     Cheap (one catalog lookup and the revision), for ``chatledger upgrade``,
@@ -330,8 +330,8 @@ def adopt_hint(connection: Connection) -> str | None:
         f"it holds some of chatledger's tables ({', '.join(found)}) but no chatledger revision: a "
         "revision applied halfway (MySQL/MariaDB commit every DDL statement on its own, so an upgrade "
         "stopped there, or still running, leaves its first tables) or tables made by hand. Once no "
-        'upgrade runs, undo it as README "Deploying: migrations" says for MySQL (drop the tables the '
-        "half-applied revision created, as its downgrade() would) and run "
+        'upgrade runs, undo it as docs/deploying.md, "Deploying: migrations" says for MySQL (drop '
+        "the tables the half-applied revision created, as its downgrade() would) and run "
         f"`chatledger upgrade --dsn {as_argument(connection.engine.url)}` again{adoption}"
     )
 

@@ -72,13 +72,20 @@ def test_links_resolve(path: Path) -> None:
 
 def test_quoted_sections_exist() -> None:
     """Messages and docs that send a reader to a README section by name ("Two roles: owner
-    and runtime") name one that exists; a page's ``see "…"`` names a section of its own
+    and runtime"), or to a page's (docs/deploying.md, "Two roles: owner and runtime"),
+    name one that exists; a page's ``see "…"`` names a section of its own
     (one on another page is a link, which test_links_resolve checks)."""
     names = set(headings(README))
     sources = [*(ROOT / "src").rglob("*.py"), *DOCS]
     for source in sources:
         for name in re.findall(r"README(?:'s)?,? \"([^\"]+)\"", source.read_text()):
             assert any(heading.startswith(name) for heading in names), f"{source.name}: no README {name!r}"
+        # A message naming a section of a page: (docs/deploying.md, "Two roles: owner and runtime").
+        for file, name in re.findall(r"(docs/[\w-]+\.md),? \"([^\"]+)\"", source.read_text()):
+            target = ROOT / file
+            assert target.exists(), f"{source.name}: no {file}"
+            found = headings(target.read_text())
+            assert any(h.startswith(name) for h in found), f"{source.name}: no {file} {name!r}"
     for path in [ROOT / "README.md", *DOCS]:
         own = headings(path.read_text())
         for quoted in re.findall(r'see "([^"]+)"', path.read_text()):

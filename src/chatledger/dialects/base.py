@@ -504,7 +504,7 @@ class Backend:
 
 
 DATABASE_HINT = (
-    'the database {database} does not exist: create it (README, "Deploying: migrations") '
+    'the database {database} does not exist: create it (docs/deploying.md, "Two roles: owner and runtime") '
     "or correct its name in the DSN"
 )
 LOGIN_HINT = "the server refused the login: check the user/password in the DSN (user {user})"

@@ -182,7 +182,7 @@ def _check_foreign_mysql(conn: Connection) -> None:
 
 _PRIVILEGE_HINT_MYSQL = (
     "the user {user} lacks a privilege the runtime role needs; grant it as an admin "
-    '(README, "Two roles: owner and runtime"): '
+    '(docs/deploying.md, "Two roles: owner and runtime"): '
     "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%'; "
     "with grants per table, chatledger's bookkeeping tables need it too: "
     "GRANT SELECT ON `{database}`.chatledger_alembic_version TO '{user}'@'%'; "
@@ -195,7 +195,7 @@ _PRIVILEGE_HINT_MYSQL = (
 _DATABASE_OR_PRIVILEGE_HINT_MYSQL = (
     "the database {database} does not exist, or is not visible to the user {user}: check the "
     "database name in the DSN (a mistyped name is refused as if it were not granted), or create "
-    'it (README, "Deploying: migrations"); if the name is right, ' + _PRIVILEGE_HINT_MYSQL
+    'it (docs/deploying.md, "Two roles: owner and runtime"); if the name is right, ' + _PRIVILEGE_HINT_MYSQL
 )
 
 #: MySQL/MariaDB ``GET_LOCK`` name of the schema lock. Lock names are server-wide and at
@@ -275,7 +275,7 @@ _OFFLINE_SCRIPT = OfflineScript(
     client="mysql DATABASE < SCRIPT",
     on_failure=(
         "MySQL/MariaDB commit every DDL statement on its own: a failure leaves the statements",
-        'before it applied (README, "Deploying: migrations"). Take a backup first.',
+        'before it applied (docs/deploying.md, "Deploying: migrations"). Take a backup first.',
     ),
     begin=_offline_begin_mysql,
     end=(f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME});",),

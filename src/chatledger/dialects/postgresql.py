@@ -138,7 +138,7 @@ def _psycopg_pgbouncer_args() -> dict[str, Any]:
 
 _PRIVILEGE_HINT_POSTGRESQL = (
     "the role {user} lacks a privilege the runtime role needs; grant it as the database owner "
-    '(README, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
+    '(docs/deploying.md, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
     "GRANT USAGE ON SCHEMA public TO {user}; "
     "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user}; "
     "the tables an upgrade creates need it too, chatledger's bookkeeping included: "
