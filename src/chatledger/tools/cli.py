@@ -51,7 +51,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from .. import __version__, dialects, interactive
 from ..dsn import display, resolve_dsn
-from ..errors import ChatledgerError
+from ..errors import AUTO_UPGRADE_HINT, ChatledgerError, SchemaNotReady
 from . import interrupt
 from .commands import adopt, demo, load, retention, schema, sessions, stats, transfer
 from .commands.schema import CHECK_PAST_COUNTER, CHECK_STATUS
@@ -194,7 +194,8 @@ def _quiet_closed_stdout() -> int:
 def user_error(error: Exception, dsn: str | None) -> str | None:
     """One line explaining a user's mistake, or ``None`` for a bug (which keeps its traceback).
 
-    The DSN's password, when one was given, is masked wherever it appears.
+    The DSN's password, when one was given, is masked wherever it appears; a store's
+    advice to pass ``auto_upgrade=True`` is left out (no command takes it).
     """
     from alembic.util import CommandError
 
@@ -207,6 +208,8 @@ def user_error(error: Exception, dsn: str | None) -> str | None:
         message = f"database {_where(dsn)}: {error}"
     elif isinstance(error, ChatledgerError | ValueError | ImportError | CommandError):
         message = str(error) or type(error).__name__
+        if isinstance(error, SchemaNotReady):  # a store's option, which no command takes
+            message = message.replace(AUTO_UPGRADE_HINT, "")
     else:
         return None
     message = " ".join(message.split())
