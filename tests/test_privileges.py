@@ -170,8 +170,9 @@ async def test_runtime_role_never_migrates_an_unmigrated_database(deployment: De
     assert await _tables(deployment.admin) == set()
 
     # Migrating is the owner's job: the runtime role lacks the privilege.
-    with pytest.raises(DatabaseError, match=r"(?i)denied"):
+    with pytest.raises(DatabaseError, match=r"(?i)denied") as refused:
         await upgrade_database(deployment.runtime)
+    assert "run it with the schema owner's DSN" in str(refused.value)
     assert await _tables(deployment.admin) == set()
 
 

@@ -775,9 +775,16 @@ def database_errors(url: URL, *, statements: bool = True) -> Iterator[None]:
         ):
             code = error_code(error, backend)
             words = _server_words(error)
+            # Most often the runtime role's DSN given to an upgrade: name who runs it.
+            owner = (
+                "; the role may not change the schema: run it with the schema owner's DSN "
+                '(docs/deploying.md, "Two roles: owner and runtime")'
+                if classify(backend, error) is Failure.CONFIGURATION
+                else ""
+            )
             raise DatabaseError(
                 f"database {display(url)} refused a statement of the schema change "
-                f"({backend.code_name} {code}: {words})",
+                f"({backend.code_name} {code}: {words}){owner}",
                 code=code,
                 server_message=words,
             ) from error
