@@ -111,6 +111,47 @@ async def main():
 asyncio.run(main())
 '''
 
+#: Alembic's default (synchronous) template, as docs/deploying.md says to write it: no
+#: event loop runs, so chatledger's upgrade gets one of its own before the application's
+#: migrations, and the application's engine has a synchronous driver.
+APP_ENV_SYNC = """
+import asyncio
+
+from alembic import context
+from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine
+from sqlalchemy.pool import NullPool
+
+import chatledger.migrate
+from chatledger.migrate import include_name, include_object
+
+config = context.config
+target_metadata = MetaData()
+Table("app_orders", target_metadata, Column("id", Integer, primary_key=True), Column("note", String(200)))
+
+asyncio.run(chatledger.migrate.upgrade(config.attributes["url"]))
+
+engine = create_engine(config.attributes["sync_url"], poolclass=NullPool)
+with engine.connect() as connection:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        process_revision_directives=config.attributes.get("directives"),
+        include_name=include_name,
+        include_object=include_object,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()
+"""
+
+#: The synchronous driver an application's own engine would use on each target.
+SYNC_DRIVERS = {
+    "sqlite+aiosqlite": "sqlite",
+    "postgresql+asyncpg": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+    "mysql+aiomysql": "mysql+pymysql",
+}
+
 HEAD = head_revision()
 
 
@@ -135,10 +176,10 @@ async def shared(database: Database, tmp_path: Path, session_id: str) -> AsyncIt
 class App:
     """The application's Alembic project."""
 
-    def __init__(self, root: Path, url: URL, hooks: str) -> None:
+    def __init__(self, root: Path, url: URL, hooks: str, env: str = APP_ENV) -> None:
         location = root / "app_migrations"
         (location / "versions").mkdir(parents=True)
-        (location / "env.py").write_text(textwrap.dedent(APP_ENV), encoding="utf-8")
+        (location / "env.py").write_text(textwrap.dedent(env), encoding="utf-8")
         template = Path(alembic.__file__).parent / "templates" / "async" / "script.py.mako"
         shutil.copy(template, location / "script.py.mako")
         self.config = Config()
@@ -160,7 +201,7 @@ class App:
             return Path(script.path).read_text(encoding="utf-8")
 
         self.config.attributes["directives"] = capture
-        # The async env.py runs its own event loop: in a thread of its own.
+        # The env.py runs an event loop of its own: in a thread of its own.
         return found, await asyncio.to_thread(autogenerate)
 
     async def upgrade(self) -> None:
@@ -363,3 +404,22 @@ async def test_the_apps_env_py_may_run_chatledgers_upgrade(
 
         has_orders, app_revisions = await on_connection(url, app_state)
         assert has_orders and len(app_revisions) == 1
+
+
+async def test_a_sync_env_py_runs_chatledgers_upgrade_in_a_loop_of_its_own(
+    database: Database, tmp_path: Path
+) -> None:
+    """docs/deploying.md: in Alembic's default template, ``asyncio.run(chatledger.migrate
+    .upgrade(dsn))`` before the application's migrations; its autogenerate, with the
+    hooks, then touches only its own table, and both schemas end at their heads."""
+    async with fresh_database(database, tmp_path, "sync") as url:
+        app = App(tmp_path, url, "plain", env=APP_ENV_SYNC)
+        app.config.attributes["sync_url"] = url.set(drivername=SYNC_DRIVERS[url.drivername])
+        operations, _ = await app.autogenerate("orders")
+        assert await database_revision(url) == HEAD
+        assert tables_touched(operations) == {"app_orders"}
+        await app.upgrade()
+        assert await database_revision(url) == HEAD
+        assert "app_orders" in await on_connection(
+            url, lambda connection: inspect(connection).get_table_names()
+        )
