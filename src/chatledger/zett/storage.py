@@ -230,7 +230,7 @@ class LedgerSessionStorage:
             )
 
         with telemetry.operation(self.ledger, "zett", "load", session_id) as span:
-            return await self.ledger.read(work)
+            return await self.ledger.read(work, replica=True, session=session_id)
 
     async def append(
         self,
@@ -362,7 +362,9 @@ class LedgerSessionStorage:
             return int(stored.sequence)
 
         try:
-            return await self.ledger.write(work, settle=settle, write_id=row["id"])
+            return await self.ledger.write(
+                work, settle=settle, write_id=row["id"], session=session_values["id"]
+            )
         except ConstraintViolation as error:
             # Not this write's own, committed before (settle found none): a duplicate
             # (session_id, sequence), when another writer numbered past the counter row.
@@ -472,7 +474,7 @@ class LedgerSessionStorage:
             ).one_or_none()
             return None if stored is None else codec.snapshot(stored)
 
-        return await self.ledger.write(work, settle=settle, write_id=snapshot_id)
+        return await self.ledger.write(work, settle=settle, write_id=snapshot_id, session=session_id)
 
     @staticmethod
     async def _explain_refused_snapshot(
@@ -596,7 +598,7 @@ class LedgerSessionStorage:
                 raise ValueError(f"Session already exists: {id}") from None
             return _summary(SimpleNamespace(**values))
 
-        return await self.ledger.write(work)
+        return await self.ledger.write(work, session=id)
 
     async def get_session(self, session_id: str) -> SessionSummary | None:
         """One session's summary, or ``None`` (unknown or deleted); reads no message."""
@@ -608,7 +610,7 @@ class LedgerSessionStorage:
             ).one_or_none()
             return _summary(row) if row is not None else None
 
-        return await self.ledger.read(work)
+        return await self.ledger.read(work, replica=True, session=session_id)
 
     async def update_session(
         self,
@@ -666,7 +668,7 @@ class LedgerSessionStorage:
                 return None
             return _summary(row) if row is not None else None
 
-        return await self.ledger.write(work)
+        return await self.ledger.write(work, session=session_id)
 
     async def get_fields_version(self, session_id: str) -> int | None:
         """The session's ``fields_version`` (for :meth:`update_session`), or ``None``
@@ -830,7 +832,7 @@ class LedgerSessionStorage:
             return True
 
         with telemetry.operation(self.ledger, "zett", "delete", session_id) as span:
-            deleted = await self.ledger.write(work)
+            deleted = await self.ledger.write(work, session=session_id)
             span.set("chatledger.deleted", deleted)
             return deleted
 
@@ -869,7 +871,7 @@ class LedgerSessionStorage:
             return [_summary(row) for row in await conn.execute(statement.offset(offset).limit(limit))]
 
         with telemetry.operation(self.ledger, "zett", "list") as span:
-            found = await self.ledger.read(work)
+            found = await self.ledger.read(work, replica=True)
             span.set("db.response.returned_rows", len(found))
             return found
 
