@@ -324,7 +324,7 @@ def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> Storage
 #: says (the flush or write location may still lie before an asynchronous commit).
 _WAL_POSITION = text("SELECT CAST(pg_current_wal_insert_lsn() AS text)")
 #: NULL on a server that is not in recovery (no standby): it cannot tell.
-_REPLAYED = text("SELECT pg_last_wal_replay_lsn() >= CAST(:position AS pg_lsn)")
+_REPLAYED = text("SELECT pg_last_wal_replay_lsn() >= CAST(CAST(:position AS text) AS pg_lsn)")
 #: Pauses between two looks at a standby's replay location, in seconds: short at first
 #: (replay usually trails by a millisecond or two), at most this long.
 _FIRST_POLL, _LONGEST_POLL = 0.001, 0.02

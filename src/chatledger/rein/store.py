@@ -341,6 +341,23 @@ class LedgerSessionStore:
         """The async SQLAlchemy URL in use (its ``repr`` masks the password)."""
         return self.ledger.url
 
+    def write_position(self, session_id: str) -> str | None:
+        """Where this store's writes of ``session_id`` stand on the primary, when read
+        replicas serve its reads (``read_dsn``): the text another process's store hands
+        to :meth:`remember_write`, so that its replica reads wait for these writes too.
+        ``None`` without replicas or writes of that rein session
+        (:meth:`chatledger.engine.Ledger.write_position`)."""
+        return self.ledger.write_position(session_id)
+
+    def remember_write(self, session_id: str, position: str) -> None:
+        """Let replica reads of ``session_id`` wait for a write made elsewhere, given by
+        the writer's :meth:`write_position`; without replicas, nothing to do.
+
+        Raises:
+            TypeError: ``position`` is not a string.
+        """
+        self.ledger.remember_write(session_id, position)
+
     # -- rein's SessionStore protocol ------------------------------------------------
 
     def save(self, id: str, session: Session, *, expected_version: int | None = None) -> None:
