@@ -76,8 +76,16 @@ class PostgresStandby(ThrowawayPostgres):
 
 def _psql(server: ThrowawayPostgres, query: str) -> str:
     result = subprocess.run(
-        [str(server.bindir / "psql"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres"]
-        + ["-d", "postgres", "-At", "-c", query],
+        [
+            str(server.bindir / "psql"),
+            "-h127.0.0.1",
+            f"-p{server.port}",
+            "-Upostgres",
+            "-dpostgres",
+            "-At",
+            "-c",
+            query,
+        ],
         capture_output=True,
         text=True,
         timeout=10,
@@ -100,8 +108,10 @@ class PostgresReplicas:
             self.replicas.append(standby)
             standby.start()
         _until(
-            lambda: _psql(self.primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
-            == str(self.count),
+            lambda: (
+                _psql(self.primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+                == str(self.count)
+            ),
             f"{self.count} PostgreSQL standbys streaming",
             self.primary.log,
         )
@@ -151,8 +161,16 @@ class MariaDBReplica(ThrowawayMariaDB):
         client = _which("mariadb", "mysql")
         assert client is not None
         result = subprocess.run(
-            [client, "--no-defaults", "--protocol=tcp", "-h127.0.0.1", f"-P{self.port}", "-uroot"]
-            + ["-N", "-B", "-e", statements],
+            [
+                client,
+                "--no-defaults",
+                "--protocol=tcp",
+                "-h127.0.0.1",
+                f"-P{self.port}",
+                "-uroot",
+                "-NBe",
+                statements,
+            ],
             capture_output=True,
             text=True,
             timeout=10,
