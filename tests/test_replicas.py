@@ -30,6 +30,7 @@ from zett_agent.messages import UserMessage
 from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
+from chatledger.tools.bench.replicas import measure_replica_loads
 from chatledger.zett import LedgerSessionStorage
 
 from .support.backends import Server, fresh_name
@@ -186,3 +187,14 @@ async def test_causal_reads_across_processes(database: Database) -> None:
         reader.join(timeout=30)
         if reader.is_alive():
             reader.kill()
+
+
+async def test_the_bench_measures_loads_on_0_1_and_2_replicas(cluster: Replicated) -> None:
+    loads = await measure_replica_loads(
+        cluster.primary.admin_url, [replica.admin_url for replica in cluster.replicas], processes=2, loads=20
+    )
+    assert loads.note == ""
+    assert [run.replicas for run in loads.runs] == [0, 1, 2]
+    assert loads.runs[0].served == 0
+    assert all(run.served >= run.loads and run.fell_back == 0 for run in loads.runs[1:])
+    assert all(run.per_second > 0 for run in loads.runs)
