@@ -81,11 +81,11 @@ class ReadPositions:
         unknown, and the session is read on the primary from now on."""
         if position is None:
             self._sessions[session] = None
-        elif session in self._sessions and self._sessions[session] is None:
-            pass  # unknown stays unknown: the lost position may be the later one
         else:
-            self._sessions[session] = self._max(self._sessions.get(session), position)
             self.latest = self._max(self.latest, position)
+            if session not in self._sessions or self._sessions[session] is not None:
+                # (Unknown stays unknown: the position lost may be the later one.)
+                self._sessions[session] = self._max(self._sessions.get(session), position)
         self._sessions.move_to_end(session)
         while len(self._sessions) > KEPT:
             _, evicted = self._sessions.popitem(last=False)

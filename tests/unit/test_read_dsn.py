@@ -65,6 +65,7 @@ def test_a_lost_position_sends_the_session_to_the_primary() -> None:
     positions.wrote("a", None)
     positions.wrote("a", "0/1")
     assert positions.needed("a") == (True, None)
+    assert positions.needed(None) == (False, "0/1")  # a list still waits for the write
 
 
 def test_sessions_no_longer_kept_wait_for_the_floor() -> None:
