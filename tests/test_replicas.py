@@ -174,11 +174,12 @@ async def test_causal_reads_across_processes(database: Database) -> None:
                 assert await asyncio.to_thread(ours.poll, SERVER_TIMEOUT)
                 ours.recv()
             ours.send(None)
-            stale, served, fell_back = ours.recv()
+            stale, served, fell_back, mean_wait = ours.recv()
         elapsed = time.monotonic() - started
         print(
             f"\ncausal check: {CAUSAL_TRIES} tries in {elapsed:.1f} s, {stale} stale; "
-            f"{served} loads served by a replica, {fell_back} by the primary"
+            f"{served} loads served by a replica, {fell_back} by the primary; "
+            f"mean wait for the replica {mean_wait * 1000:.1f} ms"
         )
         assert stale == 0
         assert served + fell_back == CAUSAL_TRIES

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -124,6 +125,10 @@ class ReplicaReads:
         #: bound, or failed): for the bench and the tests.
         self.served = 0
         self.fell_back = 0
+        #: Reads that waited for a replica to apply a position, and the seconds they
+        #: waited in all (the bound's cost, for the tests' figures).
+        self.waits = 0
+        self.waited = 0.0
 
     async def read(self, work: Work[T], session: str | None) -> T:
         """Run ``work`` in a snapshot-consistent read on a replica that has applied this
@@ -150,7 +155,10 @@ class ReplicaReads:
         try:
             async with replica.reader.connect() as conn:
                 if position is not None:
+                    began = time.monotonic()
                     applied = await replication.wait(conn, position, bound)
+                    self.waits += 1
+                    self.waited += time.monotonic() - began
                     await conn.rollback()  # the read's snapshot starts after the wait
                     if not applied:
                         logger.debug(

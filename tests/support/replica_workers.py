@@ -23,10 +23,10 @@ async def _read(pipe: Connection, primary: str, replicas: list[str]) -> None:
             stale += not fresh
             pipe.send(fresh)
         reads = storage.ledger.replica_reads
-        pipe.send((stale, reads.served, reads.fell_back))
+        pipe.send((stale, reads.served, reads.fell_back, reads.waited / max(reads.waits, 1)))
 
 
 def read_told_writes(pipe: Connection, primary: str, replicas: list[str]) -> None:
     """Serve ``(session_id, position, text)`` requests on ``pipe`` until ``None``, then
-    send ``(stale, served by a replica, fell back to the primary)``."""
+    send ``(stale, served by a replica, fell back to the primary, mean wait in seconds)``."""
     asyncio.run(_read(pipe, primary, replicas))

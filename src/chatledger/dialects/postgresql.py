@@ -322,7 +322,17 @@ def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> Storage
 #: The WAL insert location: past the end of every record inserted so far, the commit
 #: records of this connection's transactions included, whatever ``synchronous_commit``
 #: says (the flush or write location may still lie before an asynchronous commit).
-_WAL_POSITION = text("SELECT CAST(pg_current_wal_insert_lsn() AS text)")
+#: Where it lies just past a page header (the short one, 24 bytes; at a segment's
+#: start the long one, 40), it is taken back to the page boundary: the end a standby
+#: reports for a record ending there (``pg_last_wal_replay_lsn()``), which no record
+#: passes until more WAL is written -- waiting for the header's end would wait for that.
+_WAL_POSITION = text(
+    "SELECT CAST(CASE WHEN (lsn - '0/0') % seg = 40 THEN lsn - 40"
+    " WHEN (lsn - '0/0') % blk = 24 THEN lsn - 24 ELSE lsn END AS text)"
+    " FROM (SELECT pg_current_wal_insert_lsn() AS lsn,"
+    " CAST(current_setting('wal_block_size') AS numeric) AS blk,"
+    " (SELECT CAST(setting AS numeric) FROM pg_settings WHERE name = 'wal_segment_size') AS seg) AS now"
+)
 #: NULL on a server that is not in recovery (no standby): it cannot tell.
 _REPLAYED = text("SELECT pg_last_wal_replay_lsn() >= CAST(CAST(:position AS text) AS pg_lsn)")
 #: Pauses between two looks at a standby's replay location, in seconds: short at first
