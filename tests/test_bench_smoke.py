@@ -45,6 +45,8 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
 
     (backend,) = report.backends
     assert backend.backend == "sqlite" and backend.server_version.startswith("SQLite")
+    assert not backend.replicas.runs and "no replicas given" in backend.replicas.note
+    assert "load throughput on read replicas: not measured" in output.getvalue()
     assert set(backend.append) == {*CONTENDERS, "chatledger, synchronous=NORMAL"}
     assert all(len(stats.round_per_second) == TINY.append_rounds for stats in backend.append.values())
     for stats in backend.append.values():  # every contender's breakdown, from its instrumented round

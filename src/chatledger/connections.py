@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary, WeakSet, ref
 
@@ -47,6 +48,17 @@ from .errors import ConfigurationError
 from .options import LedgerOptions
 
 logger = logging.getLogger("chatledger")
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One read replica of a ledger: its URL, backend (of its driver), engine and the
+    engine's snapshot-read copy."""
+
+    url: URL
+    backend: dialects.Backend
+    engine: AsyncEngine
+    reader: AsyncEngine
 
 
 class Connections:
@@ -82,7 +94,9 @@ class Connections:
             self.url = resolve_dsn(dsn)
             self.dialect = self.url.get_backend_name()
             self.backend = dialects.backend(self.dialect, self.url.get_driver_name())
-            self.engine = self._create_engine()
+            self.engine = self._create_engine(self.url)
+        #: The read replicas (``read_dsn``), each with its own engine and pool.
+        self.replicas = self._replicas() if engine is None else []
         #: The engine with the execution options of a write and of a snapshot-consistent
         #: read set once (``Engine.execution_options``: a copy sharing the pool and its
         #: events), so that a transaction does not set them per call.
@@ -95,34 +109,59 @@ class Connections:
         self._loop: ref[asyncio.AbstractEventLoop] | None = None
         _OPEN.add(self)
 
-    def _create_engine(self) -> AsyncEngine:
-        """The ledger's own engine and pool, set up by the dialect's rules."""
-        path = sqlite_file(self.url)
+    def _replicas(self) -> list[Replica]:
+        """An engine per ``read_dsn``; ``ValueError`` for a backend without replicas or a
+        replica of another dialect than the primary's."""
+        given = self.options.read_dsn
+        dsns = [given] if isinstance(given, str) else list(given or [])
+        if not dsns:
+            return []
+        if self.backend.replication is None:
+            raise ValueError(
+                f"read_dsn: {self.backend.display_name} has no read replicas; leave read_dsn unset"
+            )
+        replicas = []
+        for dsn in dsns:
+            url = resolve_dsn(dsn)
+            if url.get_backend_name() != self.dialect:
+                raise ValueError(
+                    f"read_dsn {display(url)!r} is not a {self.backend.display_name} DSN, as the primary's is"
+                )
+            backend = dialects.backend(self.dialect, url.get_driver_name())
+            engine = self._create_engine(url)
+            replicas.append(Replica(url, backend, engine, engine.execution_options(**backend.snapshot_read)))
+        return replicas
+
+    def _create_engine(self, url: URL) -> AsyncEngine:
+        """The ledger's own engine and pool for ``url`` (the primary or a replica), set up by
+        the dialect's rules."""
+        path = sqlite_file(url)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        ours = self.backend.connect_args(self.options)
+        backend = dialects.backend(url.get_backend_name(), url.get_driver_name())
+        ours = backend.connect_args(self.options)
         # The caller's own settings win over ours, one by one: the DSN's, then connect_args.
-        from_dsn = {name: value for name, value in self.url.query.items() if name in ours}
+        from_dsn = {name: value for name, value in url.query.items() if name in ours}
         connect_args = dialects.merge_connect_args(ours, from_dsn, self.options.connect_args)
         engine_options: dict[str, Any] = {
-            **self.backend.engine_options,
+            **backend.engine_options,
             "echo": self.options.echo,
             "connect_args": connect_args,
-            "pool_pre_ping": self.options.pool_pre_ping and self.backend.server,
+            "pool_pre_ping": self.options.pool_pre_ping and backend.server,
         }
         if self.options.pgbouncer:
-            if not self.backend.pgbouncer:
+            if not backend.pgbouncer:
                 raise ValueError("pgbouncer=True applies to PostgreSQL DSNs only")
             engine_options["poolclass"] = NullPool
-            engine_options["connect_args"].update(self.backend.pgbouncer_connect_args())
-        elif self.backend.server:
+            engine_options["connect_args"].update(backend.pgbouncer_connect_args())
+        elif backend.server:
             engine_options.update(
                 pool_size=self.options.pool_size,
                 max_overflow=self.options.max_overflow,
                 pool_timeout=self.options.pool_timeout,
                 pool_recycle=self.options.pool_recycle,
             )
-        engine = dialects.create_engine(self.url, **engine_options)
+        engine = dialects.create_engine(url, **engine_options)
         dialects.configure_engine(engine, self.options)
         dialects.release_cancelled_statements(engine)
         dialects.configure_galera(engine)
@@ -132,6 +171,8 @@ class Connections:
         """Use the caller's engine (see :func:`chatledger.dialects.adopt_engine`)."""
         if dsn is not None:
             raise ValueError("pass dsn or engine, not both: the engine names its database")
+        if self.options.read_dsn:
+            raise ValueError("read_dsn needs a DSN for the primary too: pass dsn, not engine")
         given = sorted(self.options.model_fields_set & _ENGINE_OPTIONS)
         if given:
             raise ValueError(
@@ -155,9 +196,12 @@ class Connections:
         closing its connections, which only their own loop could close.
         """
         self.closed = True
+        close = self._loop is None or self._loop() is asyncio.get_running_loop()
+        for replica in self.replicas:
+            await replica.engine.dispose(close=close)
         if self.foreign:
             return  # the caller's engine, which the caller disposes of
-        await self.engine.dispose(close=self._loop is None or self._loop() is asyncio.get_running_loop())
+        await self.engine.dispose(close=close)
 
     async def bind_loop(self) -> None:
         """Bind the pool to the running event loop, replacing it when the loop changed.
@@ -192,6 +236,8 @@ class Connections:
                 self,
             )
             self.engine.sync_engine.dispose(close=False)
+            for replica in self.replicas:
+                replica.engine.sync_engine.dispose(close=False)
 
     def loop_lock(self) -> asyncio.Lock:
         """This ledger's lock on the running event loop, for what one task at a time
@@ -204,8 +250,9 @@ class Connections:
         """In a forked child: a new, empty pool, without closing the parent's connections."""
         # Kept referenced for the child's lifetime: collecting them would close the
         # inherited sockets and SQLite handles, which belong to the parent.
-        _INHERITED_POOLS.append(self.engine.sync_engine.pool)
-        self.engine.sync_engine.dispose(close=False)
+        for engine in (self.engine, *(replica.engine for replica in self.replicas)):
+            _INHERITED_POOLS.append(engine.sync_engine.pool)
+            engine.sync_engine.dispose(close=False)
         self._loop = None
         self._loop_locks = WeakKeyDictionary()
 

@@ -20,6 +20,7 @@ from . import dialects, interactive, validate
 from .connections import Connections
 from .options import LedgerOptions
 from .readiness import Readiness
+from .replicas import ReplicaReads
 from .transactions import Settle, Transactions, Work
 
 __all__ = ["Ledger", "Settle", "Work"]
@@ -78,6 +79,7 @@ class Ledger:
         self.connections = Connections(dsn, engine, self.options)
         self.readiness = Readiness(self.connections, self.options)
         self.transactions = Transactions(self.connections, self.options, self.readiness)
+        self.replica_reads = ReplicaReads(self.connections, self.transactions)
         self.url, self.dialect = self.connections.url, self.connections.dialect
         self.backend, self.engine = self.connections.backend, self.connections.engine
         #: Whether the engine is the caller's (``engine=``): used, never disposed.
@@ -158,7 +160,12 @@ class Ledger:
         validate.check_statement_size(texts, self.statement_limit, field)
 
     async def write(
-        self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
+        self,
+        work: Work[T],
+        *,
+        settle: Settle[T] | None = None,
+        write_id: str | None = None,
+        session: str | None = None,
     ) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
 
@@ -201,10 +208,43 @@ class Ledger:
                 never retried, nothing written. No SQLAlchemy or driver error leaves
                 this call (:func:`chatledger.dialects.database_error`).
         """
-        return await self.transactions.write(work, settle=settle, write_id=write_id)
+        return await self.transactions.write(work, settle=settle, write_id=write_id, session=session)
 
-    async def read(self, work: Work[T]) -> T:
+    async def read(self, work: Work[T], *, replica: bool = False, session: str | None = None) -> T:
         """Run ``work`` in one snapshot-consistent read transaction (its isolation
         stated per backend in its :class:`chatledger.dialects.Backend`), retried whole like a
-        write; a read has no ambiguous outcome."""
+        write; a read has no ambiguous outcome.
+
+        ``replica=True``: on a read replica (``read_dsn``) that has applied this
+        process's writes of ``session`` (``None``: every write of this process),
+        waiting at most ``replica_wait`` seconds, else on the primary
+        (:mod:`chatledger.replicas`); on the primary when there are no replicas.
+        Only for work that reads and writes nothing."""
+        if replica:
+            return await self.replica_reads.read(work, session)
         return await self.transactions.read(work)
+
+    def write_position(self, session: str) -> str | None:
+        """The position a replica must have applied to hold this process's writes of
+        ``session`` so far (text: a PostgreSQL WAL location, a MariaDB GTID position),
+        to hand to another process's :meth:`remember_write`; ``None`` without replicas,
+        or when this process wrote no such session (or lost the position of a write)."""
+        positions = self.transactions.positions
+        if positions is None:
+            return None
+        _, position = positions.needed(session)
+        return position
+
+    def remember_write(self, session: str, position: str) -> None:
+        """Take a write of ``session`` made elsewhere (another process's
+        :meth:`write_position`) as this process's own: its replica reads of the
+        session wait for it. Without replicas, nothing to do.
+
+        Raises:
+            TypeError: ``position`` is not a string.
+        """
+        if not isinstance(position, str):
+            raise TypeError(f"position must be a string (write_position's), not {type(position).__name__}")
+        positions = self.transactions.positions
+        if positions is not None:
+            positions.wrote(session, position)

@@ -71,6 +71,14 @@ class LedgerOptions(BaseModel):
     #: nothing). SQLite's documentation, "PRAGMA synchronous" and "WAL mode".
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
+    #: Read replicas (one DSN, or several: each read takes the next), which serve the
+    #: stores' ``load``, ``list`` and ``get`` reads: PostgreSQL streaming standbys,
+    #: MariaDB replicas with GTIDs; refused for SQLite. See :mod:`chatledger.replicas`.
+    read_dsn: str | list[str] | None = None
+    #: Seconds a replica read of a session this process wrote waits for the replica to
+    #: apply that write, before it reads on the primary instead (0: never waits).
+    replica_wait: float = Field(default=1.0, ge=0)
+
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:

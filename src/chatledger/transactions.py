@@ -73,6 +73,7 @@ from .errors import (
     StorageUnavailable,
 )
 from .options import LedgerOptions
+from .replicas import ReadPositions
 
 if TYPE_CHECKING:
     from .connections import Connections
@@ -84,6 +85,8 @@ T = TypeVar("T")
 Work = Callable[[AsyncConnection], Awaitable[T]]
 #: Looks a write up by its id: its result when it was committed, else ``None``.
 Settle = Callable[[AsyncConnection], Awaitable[T | None]]
+#: Run on a transaction's connection after its COMMIT (the write position's read).
+After = Callable[[AsyncConnection], Awaitable[None]]
 
 
 class Transactions:
@@ -107,6 +110,11 @@ class Transactions:
         self.foreign = connections.foreign
         #: Transient failures retried since this ledger was built (for the stress command).
         self.retries = 0
+        #: The write positions of the sessions written, when replicas serve reads.
+        replication = self.backend.replication
+        self.positions = (
+            ReadPositions(replication.later) if connections.replicas and replication is not None else None
+        )
         #: When a failed attempt is tried again: a random exponential backoff, and no
         #: attempt after ``retry_timeout`` seconds from the start of the call.
         self._retry_policy = AsyncRetrying(
@@ -118,10 +126,33 @@ class Transactions:
         )
 
     async def write(
-        self, work: Work[T], *, settle: Settle[T] | None = None, write_id: str | None = None
+        self,
+        work: Work[T],
+        *,
+        settle: Settle[T] | None = None,
+        write_id: str | None = None,
+        session: str | None = None,
     ) -> T:
         """See :meth:`chatledger.engine.Ledger.write`."""
-        return await self.run(work, write=True, settle=settle, write_id=write_id)
+        positions = self.positions
+        if session is None or positions is None:
+            return await self.run(work, write=True, settle=settle, write_id=write_id)
+        replication = self.backend.replication
+        assert replication is not None
+        captured: list[str | None] = []
+
+        async def remember(conn: AsyncConnection) -> None:
+            captured.append(await replication.position(conn))
+
+        try:
+            result = await self.run(work, write=True, settle=settle, write_id=write_id, after=remember)
+        except OutcomeUnknown:
+            positions.wrote(session, None)  # perhaps committed, at a position unknown
+            raise
+        # No position when reading it failed (the connection lost right after the
+        # COMMIT): the session is then read on the primary (replicas.ReadPositions).
+        positions.wrote(session, captured[-1] if captured else None)
+        return result
 
     async def read(self, work: Work[T]) -> T:
         """See :meth:`chatledger.engine.Ledger.read`."""
@@ -136,15 +167,14 @@ class Transactions:
         ready: bool = True,
         settle: Settle[T] | None = None,
         write_id: str | None = None,
+        after: After | None = None,
     ) -> T:
         """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
         of its own instead of a write's or a read's; ``ready=False``: without the schema
-        check first (the check's own reads)."""
-        if self.connections.closed:
-            raise RuntimeError(f"{self.connections!r} is closed")
-        await self.connections.bind_loop()
-        if ready and not self.readiness.ready:
-            await self.readiness.ensure_ready(self)
+        check first (the check's own reads); ``after``: run on the connection of the
+        transaction that succeeded (the work's or a settle's that found the write),
+        after its COMMIT; its failure is ignored."""
+        await self.prepare(ready=ready)
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
         # tenacity's state of this call, made on its first failure: a call that succeeds
@@ -154,11 +184,11 @@ class Transactions:
         while True:
             try:
                 if ambiguous is not None and settle is not None:
-                    found = await self._settle(settle)
+                    found = await self._settle(settle, after)
                     if found is not None:
                         return found
                 try:
-                    return await self._attempt(work, write=write, options=options)
+                    return await self._attempt(work, write=write, options=options, after=after)
                 except _Retry as retry:
                     if retry.ambiguous:
                         ambiguous = retry.cause
@@ -172,7 +202,7 @@ class Transactions:
                     # earlier call, or by this one's ambiguous COMMIT that the server
                     # finished late) fails on the write's own key. Settle decides.
                     if settle is not None:
-                        found = await self._settle(settle)
+                        found = await self._settle(settle, after)
                         if found is not None:
                             return found
                     raise
@@ -204,8 +234,17 @@ class Transactions:
                     raise
                 raise self._unknown(error, write_id, settled=settle is not None, ended=True) from error
 
-    async def _settle(self, settle: Settle[T]) -> T | None:
-        found = await self._attempt(settle, write=False)
+    async def prepare(self, *, ready: bool = True) -> None:
+        """What comes before a call's first transaction: the ledger open, bound to the
+        running event loop, and its schema checked (``ready``)."""
+        if self.connections.closed:
+            raise RuntimeError(f"{self.connections!r} is closed")
+        await self.connections.bind_loop()
+        if ready and not self.readiness.ready:
+            await self.readiness.ensure_ready(self)
+
+    async def _settle(self, settle: Settle[T], after: After | None = None) -> T | None:
+        found = await self._attempt(settle, write=False, after=after)
         telemetry.settle(self.connections, found is not None)  # a settle and its answer
         return found
 
@@ -248,7 +287,14 @@ class Transactions:
             write_id=write_id,
         )
 
-    async def _attempt(self, work: Work[T], *, write: bool, options: dict[str, Any] | None = None) -> T:
+    async def _attempt(
+        self,
+        work: Work[T],
+        *,
+        write: bool,
+        options: dict[str, Any] | None = None,
+        after: After | None = None,
+    ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
         read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
         failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
@@ -266,6 +312,8 @@ class Transactions:
                     result = await work(conn)
                     committing = True  # leaving this block sends the COMMIT
                 committed = True
+                if after is not None and (write or result is not None):
+                    await after(conn)  # its failure: returned as committed, below
         except DBAPIError as error:
             if committed:  # only returning the connection to the pool failed
                 return result

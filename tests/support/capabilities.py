@@ -40,6 +40,7 @@ def _mariadb_at_least(major: int, minor: int) -> Callable[[Target, str], bool]:
 
 
 CAPABILITIES: dict[str, Capability] = {
+    "read_replicas": only_on("postgresql", "mysql", lacking="SQLite has no read replicas (read_dsn)"),
     "lock_wait_timeout": only_on(
         "mysql",
         lacking="InnoDB lock-wait timeouts (error 1205) are MySQL's; PostgreSQL waits, "

@@ -257,6 +257,28 @@ class StorageSize:
 StorageSizer = Callable[[Connection, Sequence[str]], StorageSize]
 
 
+# -- read replicas (chatledger.replicas) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How a backend's replicas serve reads that must see this process's own writes
+    (``read_dsn``, :mod:`chatledger.replicas`). A position is the backend's own text:
+    a PostgreSQL WAL location (``0/3000060``), a MariaDB GTID position (``0-1-42``)."""
+
+    #: The position a replica must have applied to hold every write committed so far
+    #: on this connection of the primary, read on it right after the COMMIT; ``None``
+    #: when the server keeps none (MariaDB without a binary log).
+    position: Callable[[AsyncConnection], Awaitable[str | None]]
+    #: Waits on a replica connection, for at most the given seconds, until the replica
+    #: has applied the position: ``True`` when it has, ``False`` when not within the
+    #: bound (or when the server is no replica and cannot tell).
+    wait: Callable[[AsyncConnection, str, float], Awaitable[bool]]
+    #: One position covering both (the later of two WAL locations; per GTID domain,
+    #: the later sequence number).
+    later: Callable[[str, str], str]
+
+
 def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnElement[bool]:
     return left == right
 
@@ -397,6 +419,10 @@ class Backend:
     #: ``ALTER TABLE`` cannot change a column or a constraint: a schema fix rebuilds the
     #: table, copying its rows (SQLite; Alembic's batch mode).
     rebuilds_tables: bool = False
+
+    #: How replicas of this backend serve reads (``read_dsn``); ``None``: it has none
+    #: (a SQLite file), and ``read_dsn`` is refused.
+    replication: Replication | None = None
 
     # -- what an operator reads of it (chatledger.stats, chatledger.telemetry) --
     #: What chatledger's tables take on disk (:class:`StorageSize`, for

@@ -36,6 +36,7 @@ from .base import (
     Backend,
     Collations,
     OfflineScript,
+    Replication,
     StorageSize,
     backend,
     require_database,
@@ -400,6 +401,43 @@ def _db_system_mysql(dialect: Dialect) -> str:
 
 
 #: MySQL and MariaDB with aiomysql.
+# -- asynchronous replicas with GTIDs as read replicas -------------------------------
+
+#: The binary log's position, which covers every commit acknowledged so far, this
+#: connection's among them (a pooled connection's ``@@last_gtid`` may be of an older
+#: transaction of its own, when the last one wrote nothing or was a settle's read).
+#: Empty without a binary log: no position.
+_GTID_POSITION = text("SELECT @@global.gtid_binlog_pos")
+#: 0 once the replica applied the GTIDs, -1 on the timeout (MariaDB's own wait).
+_GTID_WAIT = text("SELECT MASTER_GTID_WAIT(:position, :timeout)")
+
+
+async def _gtid_position(conn: AsyncConnection) -> str | None:
+    position = await conn.scalar(_GTID_POSITION)
+    return str(position) if position else None
+
+
+async def _wait_gtid(conn: AsyncConnection, position: str, bound: float) -> bool:
+    return bool(await conn.scalar(_GTID_WAIT, {"position": position, "timeout": bound}) == 0)
+
+
+def _later_gtids(one: str, other: str) -> str:
+    """Per replication domain, the GTID with the later sequence number."""
+    latest: dict[str, tuple[int, str]] = {}
+    for gtid in (*one.split(","), *other.split(",")):
+        gtid = gtid.strip()
+        if not gtid:
+            continue
+        domain, _, rest = gtid.partition("-")
+        sequence = int(rest.rpartition("-")[2])
+        if domain not in latest or sequence > latest[domain][0]:
+            latest[domain] = (sequence, gtid)
+    return ",".join(gtid for _, gtid in latest.values())
+
+
+_REPLICATION = Replication(position=_gtid_position, wait=_wait_gtid, later=_later_gtids)
+
+
 AIOMYSQL = Backend(
     name="mysql",
     display_name="MySQL/MariaDB",
@@ -473,4 +511,5 @@ AIOMYSQL = Backend(
     drop_database="DROP DATABASE IF EXISTS {name}",
     analyze="ANALYZE TABLE agent_sessions, raw_messages, session_snapshots",
     server_version="SELECT CONCAT('MySQL-compatible ', version())",
+    replication=_REPLICATION,
 )

@@ -3,8 +3,10 @@ PgBouncer's transaction pooling."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import (
@@ -40,6 +42,7 @@ from .base import (
     Backend,
     Collations,
     OfflineScript,
+    Replication,
     StorageSize,
     error_code,
     require_database,
@@ -314,6 +317,61 @@ def _storage_size_postgresql(conn: Connection, tables: Sequence[str]) -> Storage
 
 
 #: PostgreSQL with asyncpg, the dialect's default driver.
+# -- streaming standbys as read replicas ---------------------------------------------
+
+#: The WAL insert location: past the end of every record inserted so far, the commit
+#: records of this connection's transactions included, whatever ``synchronous_commit``
+#: says (the flush or write location may still lie before an asynchronous commit).
+#: Where it lies just past a page header (the short one, 24 bytes; at a segment's
+#: start the long one, 40), it is taken back to the page boundary: the end a standby
+#: reports for a record ending there (``pg_last_wal_replay_lsn()``), which no record
+#: passes until more WAL is written -- waiting for the header's end would wait for that.
+_WAL_POSITION = text(
+    "SELECT CAST(CASE WHEN (lsn - '0/0') % seg = 40 THEN lsn - 40"
+    " WHEN (lsn - '0/0') % blk = 24 THEN lsn - 24 ELSE lsn END AS text)"
+    " FROM (SELECT pg_current_wal_insert_lsn() AS lsn,"
+    " CAST(current_setting('wal_block_size') AS numeric) AS blk,"
+    " (SELECT CAST(setting AS numeric) FROM pg_settings WHERE name = 'wal_segment_size') AS seg) AS now"
+)
+#: NULL on a server that is not in recovery (no standby): it cannot tell.
+_REPLAYED = text("SELECT pg_last_wal_replay_lsn() >= CAST(CAST(:position AS text) AS pg_lsn)")
+#: Pauses between two looks at a standby's replay location, in seconds: short at first
+#: (replay usually trails by a millisecond or two), at most this long.
+_FIRST_POLL, _LONGEST_POLL = 0.001, 0.02
+
+
+async def _wal_position(conn: AsyncConnection) -> str | None:
+    return str(await conn.scalar(_WAL_POSITION))
+
+
+async def _wait_replayed(conn: AsyncConnection, position: str, bound: float) -> bool:
+    """Poll ``pg_last_wal_replay_lsn()`` (PostgreSQL 15 has no server-side wait for a
+    LSN) until it reaches ``position`` or ``bound`` seconds pass."""
+    deadline = time.monotonic() + bound
+    pause = _FIRST_POLL
+    while True:
+        replayed = await conn.scalar(_REPLAYED, {"position": position})
+        if replayed:
+            return True
+        left = deadline - time.monotonic()
+        if replayed is None or left <= 0:
+            return False
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, _LONGEST_POLL)
+
+
+def _lsn(position: str) -> int:
+    high, _, low = position.partition("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+_REPLICATION = Replication(
+    position=_wal_position,
+    wait=_wait_replayed,
+    later=lambda one, other: max(one, other, key=_lsn),
+)
+
+
 ASYNCPG = Backend(
     name="postgresql",
     display_name="PostgreSQL",
@@ -401,6 +459,7 @@ ASYNCPG = Backend(
     drop_database="DROP DATABASE IF EXISTS {name} WITH (FORCE)",
     analyze="ANALYZE",
     server_version="SELECT version()",
+    replication=_REPLICATION,
 )
 
 #: psycopg 3, async (SQLAlchemy's ``postgresql+psycopg`` under ``create_async_engine``):

@@ -183,7 +183,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
         )
 
     with telemetry.operation(ledger, "rein", "save", id) as span:
-        version = await ledger.write(work, settle=_settle_save(write_id), write_id=write_id)
+        version = await ledger.write(work, settle=_settle_save(write_id), write_id=write_id, session=id)
         span.set("chatledger.version", version)
         return version
 
@@ -196,7 +196,7 @@ async def _load(ledger: Ledger, id: str) -> VersionedSession | None:
         return None if row is None else VersionedSession(_decode(id, row.session_json), row.version)
 
     with telemetry.operation(ledger, "rein", "load", id) as span:
-        found = await ledger.read(work)
+        found = await ledger.read(work, replica=True, session=id)
         if found is not None:
             span.set("chatledger.version", found.version)
         return found
@@ -228,7 +228,7 @@ async def _delete(
         return bool(tombstoned.rowcount)
 
     with telemetry.operation(ledger, "rein", "delete", id) as span:
-        deleted = await ledger.write(work)
+        deleted = await ledger.write(work, session=id)
         span.set("chatledger.deleted", deleted)
         return deleted
 
@@ -251,7 +251,7 @@ async def _contains(ledger: Ledger, id: str) -> bool:
     async def work(conn: AsyncConnection) -> bool:
         return await conn.scalar(select(_rein.c.id).where(_rein.c.id == id, _live)) is not None
 
-    return await ledger.read(work)
+    return await ledger.read(work, replica=True, session=id)
 
 
 async def _list(ledger: Ledger, limit: int, offset: int) -> list[ReinSessionInfo]:
@@ -267,7 +267,7 @@ async def _list(ledger: Ledger, limit: int, offset: int) -> list[ReinSessionInfo
         return [ReinSessionInfo(*row) for row in await conn.execute(statement)]
 
     with telemetry.operation(ledger, "rein", "list") as span:
-        found = await ledger.read(work)
+        found = await ledger.read(work, replica=True)
         span.set("db.response.returned_rows", len(found))
         return found
 
@@ -340,6 +340,23 @@ class LedgerSessionStore:
     def url(self) -> URL:
         """The async SQLAlchemy URL in use (its ``repr`` masks the password)."""
         return self.ledger.url
+
+    def write_position(self, session_id: str) -> str | None:
+        """Where this store's writes of ``session_id`` stand on the primary, when read
+        replicas serve its reads (``read_dsn``): the text another process's store hands
+        to :meth:`remember_write`, so that its replica reads wait for these writes too.
+        ``None`` without replicas or writes of that rein session
+        (:meth:`chatledger.engine.Ledger.write_position`)."""
+        return self.ledger.write_position(session_id)
+
+    def remember_write(self, session_id: str, position: str) -> None:
+        """Let replica reads of ``session_id`` wait for a write made elsewhere, given by
+        the writer's :meth:`write_position`; without replicas, nothing to do.
+
+        Raises:
+            TypeError: ``position`` is not a string.
+        """
+        self.ledger.remember_write(session_id, position)
 
     # -- rein's SessionStore protocol ------------------------------------------------
 

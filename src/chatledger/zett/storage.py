@@ -144,6 +144,23 @@ class LedgerSessionStorage:
         """The async SQLAlchemy URL in use (its ``repr`` masks the password)."""
         return self.ledger.url
 
+    def write_position(self, session_id: str) -> str | None:
+        """Where this store's writes of ``session_id`` stand on the primary, when read
+        replicas serve its reads (``read_dsn``): the text another process's store hands
+        to :meth:`remember_write`, so that its replica reads wait for these writes too.
+        ``None`` without replicas or writes of that session
+        (:meth:`chatledger.engine.Ledger.write_position`)."""
+        return self.ledger.write_position(session_id)
+
+    def remember_write(self, session_id: str, position: str) -> None:
+        """Let replica reads of ``session_id`` wait for a write made elsewhere, given by
+        the writer's :meth:`write_position`; without replicas, nothing to do.
+
+        Raises:
+            TypeError: ``position`` is not a string.
+        """
+        self.ledger.remember_write(session_id, position)
+
     async def close(self) -> None:
         """Dispose of the connection pool; stored history stays."""
         await self.ledger.close()
@@ -230,7 +247,7 @@ class LedgerSessionStorage:
             )
 
         with telemetry.operation(self.ledger, "zett", "load", session_id) as span:
-            return await self.ledger.read(work)
+            return await self.ledger.read(work, replica=True, session=session_id)
 
     async def append(
         self,
@@ -362,7 +379,9 @@ class LedgerSessionStorage:
             return int(stored.sequence)
 
         try:
-            return await self.ledger.write(work, settle=settle, write_id=row["id"])
+            return await self.ledger.write(
+                work, settle=settle, write_id=row["id"], session=session_values["id"]
+            )
         except ConstraintViolation as error:
             # Not this write's own, committed before (settle found none): a duplicate
             # (session_id, sequence), when another writer numbered past the counter row.
@@ -472,7 +491,7 @@ class LedgerSessionStorage:
             ).one_or_none()
             return None if stored is None else codec.snapshot(stored)
 
-        return await self.ledger.write(work, settle=settle, write_id=snapshot_id)
+        return await self.ledger.write(work, settle=settle, write_id=snapshot_id, session=session_id)
 
     @staticmethod
     async def _explain_refused_snapshot(
@@ -596,7 +615,7 @@ class LedgerSessionStorage:
                 raise ValueError(f"Session already exists: {id}") from None
             return _summary(SimpleNamespace(**values))
 
-        return await self.ledger.write(work)
+        return await self.ledger.write(work, session=id)
 
     async def get_session(self, session_id: str) -> SessionSummary | None:
         """One session's summary, or ``None`` (unknown or deleted); reads no message."""
@@ -608,7 +627,7 @@ class LedgerSessionStorage:
             ).one_or_none()
             return _summary(row) if row is not None else None
 
-        return await self.ledger.read(work)
+        return await self.ledger.read(work, replica=True, session=session_id)
 
     async def update_session(
         self,
@@ -666,7 +685,7 @@ class LedgerSessionStorage:
                 return None
             return _summary(row) if row is not None else None
 
-        return await self.ledger.write(work)
+        return await self.ledger.write(work, session=session_id)
 
     async def get_fields_version(self, session_id: str) -> int | None:
         """The session's ``fields_version`` (for :meth:`update_session`), or ``None``
@@ -830,7 +849,7 @@ class LedgerSessionStorage:
             return True
 
         with telemetry.operation(self.ledger, "zett", "delete", session_id) as span:
-            deleted = await self.ledger.write(work)
+            deleted = await self.ledger.write(work, session=session_id)
             span.set("chatledger.deleted", deleted)
             return deleted
 
@@ -869,7 +888,7 @@ class LedgerSessionStorage:
             return [_summary(row) for row in await conn.execute(statement.offset(offset).limit(limit))]
 
         with telemetry.operation(self.ledger, "zett", "list") as span:
-            found = await self.ledger.read(work)
+            found = await self.ledger.read(work, replica=True)
             span.set("db.response.returned_rows", len(found))
             return found
 

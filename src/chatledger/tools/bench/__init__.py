@@ -27,7 +27,10 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
 * **list_sessions**, the first page of 20, over 10k and 100k sessions;
 * **appends from 8 processes**, to one shared session and to 8 sessions (one per
   process), with each store's error count and a read-back check (gaps, duplicates,
-  acknowledged messages lost).
+  acknowledged messages lost);
+* **loads on read replicas** (:mod:`chatledger.tools.bench.replicas`, with
+  ``--read-dsn``): load throughput from 4 processes with 0, 1 and 2 replicas; without
+  replicas given, the report says that it was not measured.
 
 Each backend gets its own fresh databases, dropped at the end (SQLite: files in a
 temporary directory, removed at the end): one migrated for chatledger, one where
@@ -87,8 +90,9 @@ from ...migrate import upgrade_database
 from ..harness import Store, open_store
 from .load import LoadFloor, measure_agent_loads
 from .measure import Appender, Call, measure_appends, measure_calls, measure_concurrent, measure_transfer
-from .report import markdown, missed_reasons, render, targets
-from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, Sizes, check
+from .replicas import NOT_GIVEN, measure_replica_loads
+from .report import markdown, missed_reasons, render, render_replica_loads, targets
+from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, ReplicaLoads, Sizes, check
 from .workloads import Floor, Seeder, fresh_databases, store_engine
 
 #: The contenders of the append measurement, in table order.
@@ -276,25 +280,42 @@ async def run_bench(
     console: Console | None = None,
     *,
     seed: int | None = None,
+    read_dsns: Sequence[str | URL] = (),
 ) -> BenchReport:
     """Benchmark every server in ``dsns`` (admin DSNs; see :func:`fresh_databases`)
     one after the other; print progress and one table per backend to ``console``.
+    ``read_dsns``: admin DSNs of the read replicas of the one server of ``dsns``, for
+    the load throughput with 0, 1, 2... replicas (:mod:`.replicas`); none: the report
+    says it was not measured.
 
     Raises:
-        ValueError: a DSN is not PostgreSQL, MySQL/MariaDB or SQLite.
+        ValueError: a DSN is not PostgreSQL, MySQL/MariaDB or SQLite; ``read_dsns``
+            with more than one server.
         RuntimeError: a worker process failed, or a sanity check of what is measured.
     """
     admins = [resolve_dsn(dsn) for dsn in dsns]
     if not admins:
         raise ValueError("dsns must name at least one server")
+    replicas = [resolve_dsn(dsn) for dsn in read_dsns]
+    if replicas and len(admins) != 1:
+        raise ValueError("--read-dsn names the replicas of one server: give one --dsn with it")
     rng = random.Random(seed)
     machine = machine_info()
     reports: list[BackendReport] = []
     for admin in admins:
         report = await bench_backend(admin, sizes, rng, console)
+        if replicas:
+            _say(console, f"{report.backend}: loads on 0..{len(replicas)} read replicas")
+            report.replicas = await measure_replica_loads(
+                admin, replicas, sizes.replica_processes, sizes.replica_loads
+            )
+        else:
+            report.replicas = ReplicaLoads(note=NOT_GIVEN)
         reports.append(report)
         if console is not None:
             console.print(render(report, sizes))
+            for line in render_replica_loads(report.replicas):
+                console.print(line, highlight=False, markup=False)
             for line in missed_reasons(report):
                 console.print(f"  {line}", highlight=False, markup=False)
             for kind, runs in report.concurrent.items():
@@ -314,6 +335,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="admin DSN of a server to benchmark, repeatable: postgresql://USER@HOST/postgres, "
         "mysql://root@HOST/mysql, sqlite:///DIRECTORY/ (fresh databases are created and dropped)",
     )
+    parser.add_argument(
+        "--read-dsn",
+        action="append",
+        default=[],
+        metavar="DSN",
+        help="admin DSN of a read replica of the one --dsn server, repeatable: the load throughput "
+        "with 0, 1, 2... replicas",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument(
         "--json", type=Path, metavar="FILE", help="also write the numbers and the machine as JSON here"
@@ -327,7 +356,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 async def run_command(args: argparse.Namespace, console: Console) -> int:
     """Run the benchmark from parsed arguments; 0 when every target is met, else 1."""
     sizes = QUICK if args.quick else Sizes()
-    report = await run_bench(args.dsn, sizes, console, seed=args.seed)
+    report = await run_bench(args.dsn, sizes, console, seed=args.seed, read_dsns=args.read_dsn)
     _say(console, "the benchmark dropped every database it created: it leaves no sessions behind")
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")

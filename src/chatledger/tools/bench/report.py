@@ -8,7 +8,16 @@ from rich.table import Table as RichTable
 
 from ... import dialects
 from .load import breakdown
-from .results import CONTENDERS, STORES, AppendStats, BackendReport, BenchReport, Sizes, Verdict
+from .results import (
+    CONTENDERS,
+    STORES,
+    AppendStats,
+    BackendReport,
+    BenchReport,
+    ReplicaLoads,
+    Sizes,
+    Verdict,
+)
 
 #: The contenders of the append measurement, in table order.
 
@@ -344,4 +353,20 @@ def markdown(report: BenchReport) -> str:
         reasons = missed_reasons(backend)
         if reasons:
             lines += ["", *(f"- {line}" for line in reasons)]
+        lines += ["", *render_replica_loads(backend.replicas)]
     return "\n".join(lines) + "\n"
+
+
+def render_replica_loads(loads: ReplicaLoads) -> list[str]:
+    """The runs as lines of text, for the console and Markdown."""
+    if not loads.runs:
+        return [f"load throughput on read replicas: {loads.note}"]
+    lines = ["load throughput on read replicas (50-message session, no load cache):"]
+    base = loads.runs[0].per_second
+    for run in loads.runs:
+        ratio = f", x{run.per_second / base:.2f}" if base and run.replicas else ""
+        lines.append(
+            f"  {run.replicas} replica{'s' if run.replicas != 1 else ''}: {run.per_second:,.0f} loads/s "
+            f"({run.processes} processes, {run.loads} loads, {run.served} on replicas{ratio})"
+        )
+    return lines

@@ -37,6 +37,8 @@ class Sizes:
         list_rounds: interleaved rounds of each list_sessions measurement.
         page: list_sessions page size.
         processes: worker processes of the concurrent appends.
+        replica_processes, replica_loads: worker processes of the loads on read
+            replicas, and loads each (``--read-dsn``).
         process_appends: appends per worker process in each concurrent run.
         agent_loads: raw-message counts of the sessions of the agent loads.
         agent_sessions: sessions per count; each gives one cold and one warm sample.
@@ -53,6 +55,8 @@ class Sizes:
     list_rounds: int = 5
     page: int = 20
     processes: int = 8
+    replica_processes: int = 4
+    replica_loads: int = 200
     process_appends: int = 100
     agent_loads: tuple[int, ...] = (50, 2_000)
     agent_sessions: int = 40
@@ -102,6 +106,8 @@ QUICK = Sizes(
     agent_sessions=6,
     transfer_sessions=40,
     transfer_messages=500,
+    replica_processes=2,
+    replica_loads=20,
 )
 
 
@@ -219,6 +225,28 @@ class Verdict:
 
 
 @dataclass
+class ReplicaLoadStats:
+    """One run: ``replicas`` replicas serving ``processes`` x ``loads`` loads."""
+
+    replicas: int
+    processes: int
+    loads: int
+    seconds: float
+    per_second: float
+    #: Loads a replica served, and loads that went to the primary.
+    served: int
+    fell_back: int
+
+
+@dataclass
+class ReplicaLoads:
+    """The runs with 0..n replicas, or why none ran (``note``)."""
+
+    runs: list[ReplicaLoadStats] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
 class BackendReport:
     """Every number measured on one backend."""
 
@@ -236,6 +264,8 @@ class BackendReport:
     agent_load: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)
     #: Export and import throughput and peak memory (``None``: not measured).
     transfer: TransferStats | None = None
+    #: Load throughput with 0, 1, 2... read replicas, or why it was not measured.
+    replicas: ReplicaLoads = field(default_factory=ReplicaLoads)
     targets: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -273,6 +303,10 @@ class BenchReport:
                         for count, kinds in backend.get("agent_load", {}).items()
                     },
                     transfer=TransferStats(**backend["transfer"]) if backend.get("transfer") else None,
+                    replicas=ReplicaLoads(
+                        runs=[ReplicaLoadStats(**run) for run in backend.get("replicas", {}).get("runs", [])],
+                        note=backend.get("replicas", {}).get("note", ""),
+                    ),
                     targets=[
                         Verdict(**{key: value for key, value in target.items() if key != "met"})
                         for target in backend["targets"]
