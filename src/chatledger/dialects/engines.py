@@ -15,7 +15,6 @@ from ..errors import missing_extra
 from ..options import LedgerOptions
 from . import base
 from .base import Backend
-from .sqlite import release_cancelled_statements
 
 
 def merge_connect_args(ours: dict[str, Any], *given: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +107,8 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
 
     The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
     that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
-    apply to the ledger's transactions only, never to the caller's own. Per-connection
+    apply to the ledger's transactions only, never to the caller's own
+    (:attr:`Backend.add_listeners`; SQLite's reset of a cancelled statement). Per-connection
     settings are the engine's (chatledger does not change connections the caller also
     uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
     ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
@@ -139,5 +139,5 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
             "pass an engine without isolation_level='AUTOCOMMIT'"
         )
     view = engine.execution_options()
-    release_cancelled_statements(view)
+    backend.add_listeners(view)
     return view, backend
