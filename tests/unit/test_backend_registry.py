@@ -31,14 +31,15 @@ from ..support.backends import ALL_TARGETS, DIALECTS, Target
 PACKAGE = Path(chatledger.__file__).parent
 ROOT = PACKAGE.parents[1]
 GOLDEN = Path(__file__).parents[1] / "golden"
-#: Where no comparison with a dialect name may appear: the library and tools, and
-#: Alembic's env.py. Not chatledger/dialects/, where each backend is defined; not the
+#: Where no comparison with a dialect name may appear: the library and tools,
+#: Alembic's env.py and the scripts in bench/. Not chatledger/dialects/, where each backend is defined; not the
 #: frozen revisions (migrations/versions/*.py), which tests/test_revisions.py pins
 #: byte for byte and which import nothing of chatledger, so cannot ask a backend:
 #: they stay as they were recorded.
 CHECKED = [
     *(path for path in sorted(PACKAGE.rglob("*.py")) if PACKAGE / "dialects" not in path.parents),
     ROOT / "migrations" / "env.py",
+    *sorted((ROOT / "bench").glob("*.py")),
 ]
 
 
