@@ -106,11 +106,10 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
     and the backend of its dialect and driver.
 
     The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
-    that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
-    apply to the ledger's transactions only, never to the caller's own
-    (:attr:`Backend.add_listeners`; SQLite's reset of a cancelled statement). Per-connection
-    settings are the engine's (chatledger does not change connections the caller also
-    uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
+    that the listeners a ledger adds (:attr:`Backend.add_listeners`: aiosqlite's reset
+    of a cancelled statement) apply to the ledger's transactions only, never to the
+    caller's own. Per-connection settings are the engine's (chatledger does not change
+    connections the caller also uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
     ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
     SQLite's ``synchronous``, Galera's ``wsrep_sync_wait``, pooling. What a ledger
     needs of them is set or checked on first use by :attr:`Backend.check_foreign`,
