@@ -33,8 +33,9 @@ from sqlalchemy.engine import URL
 from chatledger.migrate import upgrade_database
 from chatledger.zett import LedgerSessionStorage
 
-from .support.backends import TARGETS, Server, Servers, Target, fresh_name, is_required, serializable_postgres
+from .support.backends import TARGETS, Server, Servers, Target, fresh_name, is_required
 from .support.capabilities import missing
+from .support.facts import facts_of
 
 SERVERS = pytest.StashKey[Servers]()
 #: ``user_properties`` names that carry target facts from xdist workers to the controller.
@@ -77,7 +78,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     found = item.config.stash[SERVERS].resolve(target)
     item.user_properties.append((SERVER_PROPERTY, found.version))
-    if found.server is None and target.dialect != "sqlite":
+    if found.server is None and facts_of(target.dialect).server:
         item.user_properties.append((UNAVAILABLE_PROPERTY, found.reason))
         pytest.skip(f"{target.name} unavailable: {found.reason}")
     lacking = missing(
@@ -153,7 +154,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         entry = _tally.targets[name]
         counts = Counter(entry.outcomes.values())
         server = entry.server or "-"
-        if name == "sqlite":
+        if not facts_of(TARGETS[name].dialect).server:
             server = f"SQLite {sqlite3.sqlite_version}"
         summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
         write(f"{name:<20} {server:<44} {TARGETS[name].source}: {summary}")
@@ -204,7 +205,7 @@ async def database(
     request: pytest.FixtureRequest, servers: Servers, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Database]:
     target = TARGETS[request.param]
-    if target.dialect == "sqlite":
+    if not facts_of(target.dialect).server:
         path: Path = tmp_path_factory.mktemp("sqlite") / "ledger.sqlite3"
         url = URL.create("sqlite+aiosqlite", database=str(path))
         await upgrade_database(url)
@@ -217,9 +218,7 @@ async def database(
     name = fresh_name()
     url = await server.create_database(name)
     try:
-        if target.dialect == "postgresql" and serializable_postgres():
-            # Stands in for distributed SQL engines that only run SERIALIZABLE.
-            await server.execute(f"ALTER DATABASE {name} SET default_transaction_isolation TO 'serializable'")
+        await server.default_to_serializable(name)
         await upgrade_database(url)
         yield Database(target.dialect, url, server, target.name, found.version)
     finally:

@@ -87,8 +87,9 @@ def catalog(connection: Connection, tables: list[str] | None = None) -> dict[str
             "primary_key": inspector.get_pk_constraint(name),
             "checks": inspector.get_check_constraints(name),
         }
-        if connection.dialect.name == "mysql":
-            found[name]["create"] = connection.exec_driver_sql(f"SHOW CREATE TABLE {name}").one()[1]
+        show_create = facts_of(connection.dialect.name).show_create_table
+        if show_create is not None:
+            found[name]["create"] = connection.exec_driver_sql(show_create.format(name=name)).one()[1]
     return found
 
 
@@ -179,7 +180,7 @@ async def test_adopt_on_a_chatledger_database_behind_head_names_the_upgrade(
         f"is chatledger's already (revision 0001): nothing to adopt; upgrade it to {head_revision()} with "
         in out
     )
-    if zett_db.get_backend_name() == "sqlite":  # a file: its own URL, as given
+    if not facts_of(zett_db.get_backend_name()).server:  # a file: its own URL, as given
         assert f"with `chatledger upgrade --dsn {dsn}`" in out
     else:  # a server: the schema owner's DSN, which this one need not be
         assert "with the schema owner's DSN: `chatledger upgrade --dsn OWNER_DSN`" in out

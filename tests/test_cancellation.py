@@ -29,7 +29,7 @@ from chatledger.rein import LedgerSessionStore
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .support.facts import facts_of
+from .support.facts import driver_facts, facts_of
 
 CALLS = 60
 #: Generous bounds for "does not hang"; SQLite's busy timeout is 30 s.
@@ -133,13 +133,13 @@ async def test_cancelled_rein_twins_release_connections_and_locks(
 @pytest.mark.requires("insert_returning")
 async def test_plain_sqlalchemy_insert_returning_storm(database: Database, session_id: str) -> None:
     """The cause sits below chatledger, where SQLAlchemy's aiosqlite adapter meets a
-    cancellation: a bare engine with chatledger's hook settles too. (Without
-    :func:`chatledger.dialects.release_cancelled_statements` an ``INSERT ..
-    RETURNING`` cancelled before its row is fetched strands SQLite's write lock.)"""
-    # libpq (psycopg) calls it connect_timeout.
-    timeout = "connect_timeout" if database.url.get_driver_name() == "psycopg" else "timeout"
+    cancellation: a bare engine with chatledger's listeners settles too. (Without
+    :func:`chatledger.dialects.release_cancelled_statements`, SQLite's
+    :attr:`~chatledger.dialects.Backend.add_listeners`, an ``INSERT .. RETURNING``
+    cancelled before its row is fetched strands SQLite's write lock.)"""
+    timeout = driver_facts(database.url.get_driver_name()).timeout_argument
     engine = create_async_engine(database.url, connect_args={timeout: 30})
-    dialects.release_cancelled_statements(engine)
+    dialects.backend(engine.dialect.name, engine.dialect.driver).add_listeners(engine)
     table = f"cancel_probe_{uuid.uuid4().hex[:8]}"
     try:
         async with engine.begin() as conn:

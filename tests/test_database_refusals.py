@@ -34,6 +34,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import driver_facts
 from .support.throwaway import migrated_database
 
 
@@ -73,7 +74,7 @@ async def test_postgresql_read_only_database(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
-    if server_database.get_driver_name() == "psycopg":
+    if driver_facts(server_database.get_driver_name()).begins_read_write:
         # SQLAlchemy resets psycopg's read_only to False after a read-only transaction,
         # so psycopg begins every later one READ WRITE, overriding the database default.
         pytest.skip("psycopg's BEGIN READ WRITE overrides default_transaction_read_only")
@@ -223,14 +224,9 @@ async def test_statement_timeout_in_a_lock_wait_is_retried(database: Database, s
     """The server's statement time limit ends an append waiting for a row lock before
     the lock timeout does (PostgreSQL ``statement_timeout``, 57014; MariaDB
     ``max_statement_time``, 1969): a lock wait, retried until the lock is free."""
-    if database.backend == "postgresql":
-        limit: dict[str, Any] = (
-            {"options": "-c statement_timeout=200"}
-            if database.url.get_driver_name() == "psycopg"
-            else {"server_settings": {"statement_timeout": "200"}}
-        )
-    else:
-        limit = {"init_command": "SET SESSION max_statement_time = 0.2"}
+    time_limit = driver_facts(database.url.get_driver_name()).statement_time_limit
+    assert time_limit is not None  # the marker above
+    limit = time_limit(0.2)
     async with LedgerSessionStorage(database.url) as storage:
         await storage.append(session_id, "r", message())
     holder = create_async_engine(database.url, poolclass=NullPool)

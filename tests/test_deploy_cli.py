@@ -28,6 +28,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, dsn_of, fresh_database, on_connection
 
 HEAD = head_revision()
@@ -73,7 +74,7 @@ async def test_current_on_an_empty_database_says_to_upgrade(
     dsn = dsn_of(empty)
     assert await run(["current", "--dsn", dsn]) == 0
     out = capsys.readouterr().out
-    if empty.get_backend_name() == "sqlite":
+    if not facts_of(empty.get_backend_name()).server:  # a file: its own URL, as given
         assert f"current   no chatledger schema: upgrade it with `chatledger upgrade --dsn {dsn}`" in out
     else:
         assert "current   no chatledger schema: upgrade it with the schema owner's DSN: `chatledger " in out

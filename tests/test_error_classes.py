@@ -38,6 +38,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.backends import Server, Servers
+from .support.facts import logins_of
 from .support.throwaway import (
     ThrowawayPostgres,
     ledger_state,
@@ -231,18 +232,14 @@ async def unprivileged(migrated: tuple[Server, URL]) -> AsyncIterator[tuple[URL,
     (PostgreSQL: CONNECT and schema USAGE only; MariaDB: nothing on the database)."""
     server, url = migrated
     name, password = f"cl_np_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:8]}"
-    if server.backend == "postgresql":
-        await server.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}'")
-    else:
-        await server.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'")
+    logins = logins_of(server.backend)
+    await server.execute(logins.create.format(name=name, password=password))
     try:
         yield url.set(username=name, password=password), name
     finally:
-        if server.backend == "postgresql":
-            await _admin(url, f"DROP OWNED BY {name}")
-            await server.execute(f"DROP ROLE IF EXISTS {name}")
-        else:
-            await server.execute(f"DROP USER IF EXISTS '{name}'@'%'")
+        if logins.drop_owned is not None:
+            await _admin(url, logins.drop_owned.format(name=name))
+        await server.execute(logins.drop.format(name=name))
 
 
 async def test_missing_privilege_is_a_configuration_error_naming_the_grants(
@@ -254,12 +251,7 @@ async def test_missing_privilege_is_a_configuration_error_naming_the_grants(
     error = await _refused(role_url, "GRANT SELECT, INSERT, UPDATE, DELETE")
     assert name in str(error)
     # Reading granted, writing not: the append is refused the same way.
-    grant = (
-        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {name}"
-        if server.backend == "postgresql"
-        else f"GRANT SELECT ON `{url.database}`.* TO '{name}'@'%'"
-    )
-    await _admin(url, grant)
+    await _admin(url, logins_of(server.backend).grant_select.format(name=name, database=url.database))
     async with LedgerSessionStorage(role_url) as storage:
         assert await storage.count_messages(session_id) == 0
         with pytest.raises(ConfigurationError, match=r"(?i)denied.*|GRANT") as caught:

@@ -35,7 +35,7 @@ from chatledger.schema import sessions_table
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .support.backends import Servers, serializable_postgres
+from .support.backends import Servers
 from .support.proxy import Proxy, running_proxy
 from .support.throwaway import LedgerState, ledger_state, migrated_database, shared_server
 
@@ -48,10 +48,7 @@ async def server_url(request: pytest.FixtureRequest, servers: Servers) -> AsyncI
     """A migrated database on this machine's server of the backend."""
     server = shared_server(servers, request.param)
     async with migrated_database(server) as url:
-        if request.param == "postgresql" and serializable_postgres():
-            await server.execute(
-                f"ALTER DATABASE {url.database} SET default_transaction_isolation TO 'serializable'"
-            )
+        await server.default_to_serializable(str(url.database))
         yield url
 
 

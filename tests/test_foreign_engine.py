@@ -27,6 +27,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.backends import Servers
+from .support.facts import driver_facts
 from .support.throwaway import migrated_database, shared_server
 
 
@@ -289,7 +290,7 @@ async def test_sqlite3_autocommit_true_is_refused(tmp_path: Path, session_id: st
 def _autocommit_args(database: Database) -> dict[str, Any]:
     """The connect arguments that put the target's driver in autocommit mode."""
     driver = database.url.get_driver_name()
-    if driver not in ("aiomysql", "psycopg"):
+    if not driver_facts(driver).autocommit_argument:
         pytest.skip(f"{driver} has no autocommit connect argument")
     return {"autocommit": True}
 
@@ -313,18 +314,15 @@ async def test_a_pooled_connection_put_in_autocommit_later_is_refused(
 ) -> None:
     """Checked on every transaction, not only on the first connection: the caller puts
     the pool's one connection in autocommit after the store started using it."""
-    driver = database.url.get_driver_name()
     _autocommit_args(database)
+    set_autocommit = driver_facts(database.url.get_driver_name()).set_autocommit
+    assert set_autocommit is not None
     engine = create_async_engine(database.url, pool_size=1, max_overflow=0)
     try:
         async with LedgerSessionStorage(engine=engine, retry_timeout=5) as storage:
             assert await storage.append(session_id, "r", UserMessage(content="one")) == 1
             async with engine.connect() as conn:
-                if driver == "aiomysql":
-                    await conn.exec_driver_sql("SET autocommit = 1")
-                else:
-                    raw = await conn.get_raw_connection()
-                    await raw.driver_connection.set_autocommit(True)  # type: ignore[union-attr]
+                await set_autocommit(conn)
             with pytest.raises(ConfigurationError, match="autocommit mode"):
                 await storage.append(session_id, "r", UserMessage(content="two"))
         assert await _count(engine, session_id) == 1

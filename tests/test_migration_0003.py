@@ -33,6 +33,7 @@ from chatledger.schema import raw_messages_table, rein_sessions_table, sessions_
 from chatledger.zett import LedgerSessionStorage, codec
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.schema_helpers import catalog, drift, execute, fresh_database, on_connection
 
 REVISION = "0003"
@@ -143,7 +144,7 @@ async def test_upgrade_keeps_every_row_byte_exact(database: Database, fresh_url:
     assert ids_of(after, rein_sessions_table, "write_id") == sorted(WRITE_IDS.values(), key=repr)
     assert ids_of(after, snapshots_table, "id") == sorted((f"cp {s}" for s in SESSIONS), key=repr)
 
-    if database.backend == "mysql":
+    if facts_of(database.backend).pad_space_ids_at_0002:  # MySQL/MariaDB: VARBINARY now
 
         def types(connection: Connection) -> set[tuple[Any, ...]]:
             query = text(
@@ -220,7 +221,7 @@ async def test_downgrade_refuses_ids_that_0002_holds_equal(database: Database, f
         await storage.append("s", "r", UserMessage(content="two"), message_id="m1 ")
     assert await downgrade_database(fresh_url, REVISION) == REVISION
     before = await on_connection(fresh_url, every_row)
-    if database.backend == "mysql":
+    if facts_of(database.backend).pad_space_ids_at_0002:
         with pytest.raises(
             CommandError, match=r"raw_messages\.id holds ids that differ only by trailing spaces"
         ):

@@ -46,6 +46,37 @@ LISTED: dict[str, list[Any]] = {
     "mysql": [1213, 1205, 1969, 2013, 1792, 1290, 1114, 1062, 1146, 1153],
     "sqlite": [5, 6, 8, 13, 14, 18, 19],
 }
+#: A code of each backend's form, most of them listed nowhere.
+ANY_CODE: dict[str, Callable[[random.Random], Any]] = {
+    "postgresql": lambda rng: "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(5)),
+    "mysql": lambda rng: rng.randint(1000, 4200),
+    "sqlite": lambda rng: rng.choice([1, 2, 3, 4, 7, 9, 10, 11, 12, 15, 16, 17, 20, 21, 22, 23, 24, 25, 26]),
+}
+
+
+def _postgresql_error(kind: type[Exception], code: Any, words: str) -> Exception:
+    error = kind(words)
+    error.sqlstate = code  # type: ignore[attr-defined]
+    error.pgcode = code  # type: ignore[attr-defined]
+    return error
+
+
+def _mysql_error(kind: type[Exception], code: Any, words: str) -> Exception:
+    return kind(code, words)
+
+
+def _sqlite_error(kind: type[Exception], code: Any, words: str) -> Exception:
+    error = kind(words)
+    error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return error
+
+
+#: A driver's error of a DBAPI class with a code, as each backend's driver carries it.
+RAISED: dict[str, Callable[[type[Exception], Any, str], Exception]] = {
+    "postgresql": _postgresql_error,
+    "mysql": _mysql_error,
+    "sqlite": _sqlite_error,
+}
 DBAPI_CLASSES = (
     "Error",
     "DatabaseError",
@@ -70,29 +101,13 @@ class Injector:
     def code(self, backend: str) -> Any:
         if self.rng.random() < 0.5:
             return self.rng.choice(LISTED[backend])
-        if backend == "postgresql":
-            return "".join(self.rng.choice(string.ascii_uppercase + string.digits) for _ in range(5))
-        if backend == "mysql":
-            return self.rng.randint(1000, 4200)
-        return self.rng.choice([1, 2, 3, 4, 7, 9, 10, 11, 12, 15, 16, 17, 20, 21, 22, 23, 24, 25, 26])
+        return ANY_CODE[backend](self.rng)
 
     def error(self, dialect: Any) -> Exception:
-        backend = dialect.name
         dbapi = dialect.loaded_dbapi
         kind = getattr(dbapi, self.rng.choice([name for name in DBAPI_CLASSES if hasattr(dbapi, name)]))
-        code = self.code(backend)
-        words = f"injected failure {code}"
-        error: Exception
-        if backend == "mysql":
-            error = kind(code, words)
-        else:
-            error = kind(words)
-            if backend == "sqlite":
-                error.sqlite_errorcode = code  # type: ignore[attr-defined]
-            else:
-                error.sqlstate = code  # type: ignore[attr-defined]
-                error.pgcode = code  # type: ignore[attr-defined]
-        return error
+        code = self.code(dialect.name)
+        return RAISED[dialect.name](kind, code, f"injected failure {code}")
 
     def __call__(self, conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> Any:
         if self.on and self.rng.random() < FAIL_RATE:

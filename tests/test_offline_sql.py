@@ -60,6 +60,36 @@ async def scripted(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
         yield url
 
 
+def _sqlite_argv(client: str, url: URL, _select_database: bool) -> list[str]:
+    return [client, "-bail", str(url.database)]
+
+
+def _psql_argv(client: str, url: URL, _select_database: bool) -> list[str]:
+    conninfo = url.set(drivername="postgresql").difference_update_query(["ssl"])
+    return [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", conninfo.render_as_string(False)]
+
+
+def _mysql_argv(client: str, url: URL, select_database: bool) -> list[str]:
+    password = [f"-p{url.password}"] if url.password else []
+    argv = [client, "--no-defaults", "--protocol=tcp", f"-h{url.host}", f"-P{url.port or 3306}"]
+    database = [str(url.database)] if select_database else []
+    return [*argv, f"-u{url.username}", *password, *database]
+
+
+#: The client's command line, per dialect: the client, the URL, ``select_database``.
+ARGV = {"sqlite": _sqlite_argv, "postgresql": _psql_argv, "mysql": _mysql_argv}
+
+#: Per server dialect: a statement that takes the schema lock as an upgrade holds it
+#: (so that the script must wait for it), and what the script says when it gives up.
+SCHEMA_LOCKS = {
+    "postgresql": (f"SELECT pg_advisory_lock({SCHEMA_LOCK_KEY})", "lock timeout"),
+    "mysql": (
+        "SELECT GET_LOCK(CONCAT('chatledger_schema_', MD5(DATABASE())), 0)",
+        "Subquery returns more than 1 row",
+    ),
+}
+
+
 def client_command(url: URL, *, select_database: bool = True) -> list[str]:
     """The database's own client for ``url``, reading the script from stdin
     (``select_database``: MySQL's client started on no database, when false)."""
@@ -67,15 +97,7 @@ def client_command(url: URL, *, select_database: bool = True) -> list[str]:
     client = _which(*CLIENTS[backend])
     require(backend, None if client is not None else f"no {' or '.join(CLIENTS[backend])} client installed")
     assert client is not None
-    if backend == "sqlite":
-        return [client, "-bail", str(url.database)]
-    if backend == "postgresql":
-        conninfo = url.set(drivername="postgresql").difference_update_query(["ssl"])
-        return [client, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", conninfo.render_as_string(False)]
-    password = [f"-p{url.password}"] if url.password else []
-    argv = [client, "--no-defaults", "--protocol=tcp", f"-h{url.host}", f"-P{url.port or 3306}"]
-    database = [str(url.database)] if select_database else []
-    return [*argv, f"-u{url.username}", *password, *database]
+    return ARGV[backend](client, url, select_database)
 
 
 async def apply_script(url: URL, script: str, *, select_database: bool = True) -> tuple[int, str]:
@@ -168,11 +190,7 @@ async def test_script_waits_for_the_schema_lock_and_stops_before_any_change(
             holder.close()
         assert "locked" in output
     else:
-        lock = (
-            f"SELECT pg_advisory_lock({SCHEMA_LOCK_KEY})"
-            if backend == "postgresql"
-            else "SELECT GET_LOCK(CONCAT('chatledger_schema_', MD5(DATABASE())), 0)"
-        )
+        lock, gives_up = SCHEMA_LOCKS[backend]
         engine = create_async_engine(scripted, poolclass=NullPool)
         try:
             async with engine.connect() as holder:
@@ -180,7 +198,7 @@ async def test_script_waits_for_the_schema_lock_and_stops_before_any_change(
                 code, output = await apply_script(scripted, script)
         finally:
             await engine.dispose()
-        assert ("lock timeout" if backend == "postgresql" else "Subquery returns more than 1 row") in output
+        assert gives_up in output
     assert code != 0, output
     assert await on_connection(scripted, catalog) == empty
 

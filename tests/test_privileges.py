@@ -16,7 +16,7 @@ Role names, passwords and the database are unique per test and dropped afterward
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +35,7 @@ from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
 
 from .support.backends import Server, Servers, fresh_name
+from .support.facts import facts_of, logins_of
 from .support.throwaway import shared_server
 
 #: Statements that change the schema or the grants; the runtime sends none of them.
@@ -70,6 +71,9 @@ class Deployment:
     owner: URL
     runtime: URL
     runtime_password: str
+    #: Statements the owner runs after the upgrade, to narrow the runtime role's grants
+    #: as the README does (PostgreSQL: it only reads chatledger's bookkeeping).
+    narrowing: tuple[str, ...] = ()
 
 
 def _password() -> str:
@@ -103,6 +107,9 @@ async def _deploy_postgresql(server: Server, database: str, owner: str, runtime:
         owner_url,
         admin.set(username=runtime, password=runtime_password),
         runtime_password,
+        narrowing=(
+            f"REVOKE INSERT, UPDATE, DELETE ON {VERSION_TABLE}, {COMPATIBILITY_TABLE} FROM {runtime}",
+        ),
     )
 
 
@@ -123,14 +130,17 @@ async def _deploy_mysql(server: Server, database: str, owner: str, runtime: str)
     )
 
 
+#: How each server dialect is deployed: the README's statements.
+DEPLOY: dict[str, Callable[[Server, str, str, str], Awaitable[Deployment]]] = {
+    "postgresql": _deploy_postgresql,
+    "mysql": _deploy_mysql,
+}
+
+
 async def _undeploy(server: Server, database: str, owner: str, runtime: str) -> None:
     await server.drop_database(database)
-    if server.backend == "postgresql":
-        await server.execute(f"DROP ROLE IF EXISTS {runtime}")
-        await server.execute(f"DROP ROLE IF EXISTS {owner}")
-    else:
-        await server.execute(f"DROP USER IF EXISTS '{runtime}'@'%'")
-        await server.execute(f"DROP USER IF EXISTS '{owner}'@'%'")
+    for name in (runtime, owner):
+        await server.execute(logins_of(server.backend).drop.format(name=name))
 
 
 @pytest.fixture(params=["postgresql", "mysql"])
@@ -138,9 +148,8 @@ async def deployment(request: pytest.FixtureRequest, servers: Servers) -> AsyncI
     server = shared_server(servers, request.param)
     suffix = uuid.uuid4().hex[:10]
     database, owner, runtime = fresh_name("chatledger_priv"), f"cl_owner_{suffix}", f"cl_runtime_{suffix}"
-    deploy = _deploy_postgresql if server.backend == "postgresql" else _deploy_mysql
     try:
-        yield await deploy(server, database, owner, runtime)
+        yield await DEPLOY[server.backend](server, database, owner, runtime)
     finally:
         await _undeploy(server, database, owner, runtime)
 
@@ -178,13 +187,8 @@ async def test_runtime_role_never_migrates_an_unmigrated_database(deployment: De
 
 async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment: Deployment) -> None:
     await upgrade_database(deployment.owner)
-    if deployment.backend == "postgresql":
-        # The README's narrowing: the runtime role only reads chatledger's bookkeeping.
-        await _execute(
-            deployment.owner,
-            f"REVOKE INSERT, UPDATE, DELETE ON {VERSION_TABLE}, {COMPATIBILITY_TABLE} "
-            f"FROM {deployment.runtime.username}",
-        )
+    if deployment.narrowing:
+        await _execute(deployment.owner, *deployment.narrowing)
     async with LedgerSessionStorage(deployment.runtime) as storage:
         assert deployment.runtime_password not in repr(storage)
         assert "***" in repr(storage)
@@ -265,7 +269,7 @@ async def test_runtime_role_without_select_on_the_bookkeeping_tables_is_told_the
     # Grants given once, before an upgrade created the bookkeeping tables, leave the
     # runtime role unable to read the revision. PostgreSQL only: MySQL/MariaDB hide a
     # table the user has no privilege on, so the revision reads as absent there.
-    if deployment.backend != "postgresql":
+    if not facts_of(deployment.backend).lists_unreadable_tables:
         pytest.skip("MySQL/MariaDB lists no table the user cannot read")
     await upgrade_database(deployment.owner)
     user = deployment.runtime.username

@@ -26,6 +26,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.fresh import fresh_database
 
 TABLES = {"agent_sessions", "raw_messages", "session_snapshots", "rein_sessions", "rein_writes"}
@@ -70,9 +71,7 @@ async def filled(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
 
 
 def _system(database: Database) -> str:
-    if database.backend == "mysql":
-        return "mariadb" if "mariadb" in database.version.lower() else "mysql"
-    return database.backend
+    return facts_of(database.backend).db_system(database.version)
 
 
 async def test_read_stats_counts_sizes_and_largest(filled: URL, database: Database) -> None:
@@ -92,7 +91,7 @@ async def test_read_stats_counts_sizes_and_largest(filled: URL, database: Databa
         assert all(size > 0 for size in stats.size.tables.values())
         assert stats.size.total == sum(stats.size.tables.values())
     else:
-        assert database.backend == "sqlite" and stats.size.total and stats.size.total > 0
+        assert not facts_of(database.backend).server and stats.size.total and stats.size.total > 0
     assert 0 <= stats.seconds < 60
     assert "password" not in stats.database
 

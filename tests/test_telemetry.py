@@ -53,6 +53,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.backends import Servers
+from .support.facts import facts_of
 from .support.proxy import Proxy, running_proxy
 from .support.throwaway import migrated_database, shared_server
 
@@ -111,9 +112,7 @@ def otel() -> Iterator[Telemetry]:
 
 
 def _expected_system(database: Database) -> str:
-    if database.backend == "mysql":
-        return "mariadb" if "mariadb" in database.version.lower() else "mysql"
-    return database.backend
+    return facts_of(database.backend).db_system(database.version)
 
 
 def _all_values(otel: Telemetry) -> list[str]:
@@ -235,7 +234,7 @@ async def test_rein_operations_are_spans_children_of_the_callers(otel: Telemetry
 
 async def _hold_lock(database: Database, session_id: str) -> AsyncIterator[None]:
     """Hold the session's counter row lock (the SQLite file's write lock) until resumed."""
-    if database.backend == "sqlite":
+    if facts_of(database.backend).file_write_lock:
         path = sqlite_file(database.url)
         holder = sqlite3.connect(str(path), isolation_level=None)
         try:

@@ -33,7 +33,6 @@ from chatledger.tools.transfer import import_file
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .support.backends import serializable_postgres
 from .support.fresh import fresh_database
 from .test_transfer import dsn_of, export_of, fill, small_pages, source, write_file
 
@@ -90,10 +89,8 @@ async def racing_target(database: Database, tmp_path: Path) -> AsyncIterator[URL
     SERIALIZABLE PostgreSQL pass (``CHATLEDGER_TEST_PG_SERIALIZABLE=1``), where the
     races end in serialization failures, retried."""
     async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
-        if database.server is not None and database.backend == "postgresql" and serializable_postgres():
-            await database.server.execute(
-                f"ALTER DATABASE {target.database} SET default_transaction_isolation TO 'serializable'"
-            )
+        if database.server is not None:
+            await database.server.default_to_serializable(str(target.database))
         await upgrade_database(target)
         yield target
 

@@ -163,7 +163,7 @@ class Connections:
             )
         engine = dialects.create_engine(url, **engine_options)
         dialects.configure_engine(engine, self.options)
-        dialects.release_cancelled_statements(engine)
+        self.backend.add_listeners(engine)
         dialects.configure_galera(engine)
         return engine
 

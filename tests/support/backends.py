@@ -162,6 +162,13 @@ class Server:
     async def execute(self, sql: str) -> None:
         await self._admin(sql)
 
+    async def default_to_serializable(self, name: str) -> None:
+        """In the SERIALIZABLE PostgreSQL pass (:func:`serializable_postgres`), make the
+        database ``name`` SERIALIZABLE by default: it stands in for distributed SQL
+        engines that only run SERIALIZABLE. Elsewhere nothing."""
+        if self.backend == "postgresql" and serializable_postgres():
+            await self.execute(f"ALTER DATABASE {name} SET default_transaction_isolation TO 'serializable'")
+
     async def version(self) -> str:
         """The server's version string, e.g. ``17.6 (Debian 17.6-1)`` or ``11.8.3-MariaDB-1``."""
         engine = create_async_engine(self.admin_url, poolclass=NullPool)

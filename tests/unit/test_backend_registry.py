@@ -14,10 +14,12 @@ import ast
 import importlib.util
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import fields, replace
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import chatledger
 from chatledger import dialects
@@ -29,14 +31,15 @@ from ..support.backends import ALL_TARGETS, DIALECTS, Target
 PACKAGE = Path(chatledger.__file__).parent
 ROOT = PACKAGE.parents[1]
 GOLDEN = Path(__file__).parents[1] / "golden"
-#: Where no comparison with a dialect name may appear: the library and tools, and
-#: Alembic's env.py. Not chatledger/dialects/, where each backend is defined; not the
+#: Where no comparison with a dialect name may appear: the library and tools,
+#: Alembic's env.py and the scripts in bench/. Not chatledger/dialects/, where each backend is defined; not the
 #: frozen revisions (migrations/versions/*.py), which tests/test_revisions.py pins
 #: byte for byte and which import nothing of chatledger, so cannot ask a backend:
 #: they stay as they were recorded.
 CHECKED = [
     *(path for path in sorted(PACKAGE.rglob("*.py")) if PACKAGE / "dialects" not in path.parents),
     ROOT / "migrations" / "env.py",
+    *sorted((ROOT / "bench").glob("*.py")),
 ]
 
 
@@ -134,11 +137,27 @@ def _strings(node: ast.AST, named: dict[str, set[str]]) -> set[str]:
     return set()
 
 
-def comparisons(source: str, names: frozenset[str]) -> list[str]:
+def comparisons(source: str, names: frozenset[str], *, tests: bool = False) -> list[str]:
     """Each comparison (``==``, ``!=``, ``in``, ``not in``, ``match`` cases) with one of
     ``names`` in ``source``, and each dict literal keyed by two or more of them (a
-    registry keyed by dialect name), as ``line: code``."""
+    registry keyed by dialect name), as ``line: code``.
+
+    ``tests``: the rules of a test module. A dict keyed by dialect is allowed there (a
+    test's own table of per-backend statements: a backend without a row fails with a
+    ``KeyError`` naming it, where a branch would silently give it another backend's
+    case), and so is a comparison inside an ``assert`` (an outcome checked, such as a
+    report naming its backend, not a branch taken)."""
     tree = ast.parse(source)
+    asserted = (
+        {
+            id(node)
+            for statement in ast.walk(tree)
+            if isinstance(statement, ast.Assert)
+            for node in ast.walk(statement)
+        }
+        if tests
+        else set()
+    )
     named: dict[str, set[str]] = {}
     for statement in tree.body:
         targets = statement.targets if isinstance(statement, ast.Assign) else []
@@ -156,11 +175,13 @@ def comparisons(source: str, names: frozenset[str]) -> list[str]:
         elif isinstance(node, ast.MatchValue):
             operands = [node.value]
         elif isinstance(node, ast.Dict):
+            if tests:
+                continue
             keys = [key for key in node.keys if key is not None]
             if len(set().union(*(_strings(key, {}) for key in keys)) & names) >= 2:
                 hits.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
             continue
-        if any(_strings(operand, named) & names for operand in operands):
+        if id(node) not in asserted and any(_strings(operand, named) & names for operand in operands):
             hits.append(f"{getattr(node, 'lineno', '?')}: {ast.unparse(node)[:80]}")
     return hits
 
@@ -179,6 +200,34 @@ match dialect:
 ok = backend.server and name == "chatledger"
 """
     assert [hit.split(":")[0] for hit in comparisons(source, names)] == ["3", "4", "5", "6", "7", "9"]
+
+
+def test_the_check_of_tests_allows_tables_and_asserted_outcomes() -> None:
+    names = _names(dialects.registered())
+    source = """
+LOCKS = {"postgresql": "SELECT 1", "mysql": "SELECT 2"}
+assert report.backend == "sqlite"
+if database.backend == "mysql": pass
+timeout = "connect_timeout" if url.get_driver_name() == "psycopg" else "timeout"
+"""
+    assert [hit.split(":")[0] for hit in comparisons(source, names, tests=True)] == ["4", "5"]
+
+
+def test_no_test_compares_a_dialect_name() -> None:
+    """A test that runs on some backends says so with a capability marker
+    (``tests/support/capabilities.py``); one that must know how its backend (or driver)
+    behaves reads a fact (``tests/support/facts.py``): a new backend then gets a skip
+    naming what it lacks, or a ``KeyError`` naming the row it needs, never another
+    backend's branch. Only ``tests/support/`` defines the targets by their names."""
+    tests = Path(__file__).parents[1]
+    names = _names(dialects.registered())
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for path in sorted(tests.rglob("*.py"))
+        if tests / "support" not in path.parents
+        and (hits := comparisons(path.read_text(), names, tests=True))
+    }
+    assert found == {}, "ask a capability marker or a fact (tests/support/) instead"
 
 
 @pytest.mark.parametrize("path", CHECKED, ids=lambda path: str(path.relative_to(ROOT)))
@@ -244,6 +293,7 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
             "field migration_transaction",
             "field offline_script",
             "field drop_guard",
+            "field add_listeners",
             "field adoption",
             "field char_length",
             "field zett_driver",
@@ -262,6 +312,24 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
     # A path it lacks fails by name, not with a KeyError.
     with pytest.raises(NotImplementedError, match="no migration_transaction"):
         stub.BACKEND.migration_transaction(None, 1.0)
+
+
+async def test_engine_listeners_are_a_hook_every_backend_provides(registry: None, tmp_path: Path) -> None:
+    """A ledger's own engines and its view of the caller's (``adopt_engine``) get their
+    listeners from the backend (SQLite's reset of a cancelled statement), never from one
+    backend's helper called by name. (Creating the engine opens no connection.)"""
+    required = {known.name for known in fields(base.Backend) if known.metadata.get("required")}
+    assert "add_listeners" in required
+    for known in dialects.registered():
+        assert "add_listeners" not in known.lacking(), known.name
+    given: list[AsyncEngine] = []
+    base._REGISTRY["sqlite"] = [replace(dialects.backend("sqlite"), add_listeners=given.append)]
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'never-opened.db'}")
+    try:
+        view, found = dialects.adopt_engine(engine)
+        assert given == [view] and view is not engine and found is dialects.backend("sqlite")
+    finally:
+        await engine.dispose()
 
 
 def test_a_backend_registered_twice_is_refused(registry: None) -> None:

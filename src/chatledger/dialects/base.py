@@ -34,7 +34,7 @@ from sqlalchemy import ColumnElement, DateTime, String, bindparam
 from sqlalchemy.engine import URL, Connection, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import TypeEngine
 
 from ..dsn import as_argument, display
@@ -126,6 +126,18 @@ def _no_pgbouncer_args() -> dict[str, Any]:
 
 
 def _no_check(_conn: Connection) -> None:
+    return None
+
+
+#: Adds the event listeners a ledger needs on an engine it runs its transactions on:
+#: one it created, or its view of an engine the caller owns (``execution_options()``,
+#: whose listeners apply to the ledger's transactions only).
+EngineListeners = Callable[[AsyncEngine], None]
+
+
+def no_listeners(_engine: AsyncEngine) -> None:
+    """The :attr:`Backend.add_listeners` of a backend that needs none (a server driver,
+    whose cancelled statement holds no lock once its connection is closed)."""
     return None
 
 
@@ -472,9 +484,12 @@ class Backend:
     #: Whether Galera clusters may serve it: every new connection detects Galera and
     #: turns on causal reads (:func:`chatledger.dialects.mysql.configure_galera`).
     galera: bool = False
-    #: Whether a statement a cancellation interrupted is reset before its connection
-    #: closes (:func:`chatledger.dialects.sqlite.release_cancelled_statements`).
-    resets_cancelled_statements: bool = False
+    #: The listeners a ledger adds to every engine it transacts on, its own and its view
+    #: of the caller's (:func:`chatledger.dialects.adopt_engine`): aiosqlite resets a
+    #: statement a cancellation interrupted before its connection closes
+    #: (:func:`chatledger.dialects.sqlite.release_cancelled_statements`); the server
+    #: backends add none (:func:`no_listeners`).
+    add_listeners: EngineListeners = field(default=_lacking("add_listeners"), metadata=_REQUIRED)
 
     # -- adopting zett-agent's own tables (chatledger.tools.adopt) --
     #: Whether DDL is transactional, so that the whole adoption is one transaction.

@@ -15,7 +15,6 @@ from ..errors import missing_extra
 from ..options import LedgerOptions
 from . import base
 from .base import Backend
-from .sqlite import release_cancelled_statements
 
 
 def merge_connect_args(ours: dict[str, Any], *given: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,10 +106,10 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
     and the backend of its dialect and driver.
 
     The view is ``engine.execution_options()``: a copy sharing the engine's pool, so
-    that the listeners a ledger adds (aiosqlite's clean-up of a cancelled statement)
-    apply to the ledger's transactions only, never to the caller's own. Per-connection
-    settings are the engine's (chatledger does not change connections the caller also
-    uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
+    that the listeners a ledger adds (:attr:`Backend.add_listeners`: aiosqlite's reset
+    of a cancelled statement) apply to the ledger's transactions only, never to the
+    caller's own. Per-connection settings are the engine's (chatledger does not change
+    connections the caller also uses): the lock timeout (PostgreSQL ``lock_timeout``, MySQL
     ``innodb_lock_wait_timeout``, SQLite's busy timeout, sqlite3's ``timeout``),
     SQLite's ``synchronous``, Galera's ``wsrep_sync_wait``, pooling. What a ledger
     needs of them is set or checked on first use by :attr:`Backend.check_foreign`,
@@ -139,5 +138,5 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
             "pass an engine without isolation_level='AUTOCOMMIT'"
         )
     view = engine.execution_options()
-    release_cancelled_statements(view)
+    backend.add_listeners(view)
     return view, backend

@@ -39,6 +39,7 @@ from .base import (
     Replication,
     StorageSize,
     backend,
+    no_listeners,
     require_database,
 )
 from .migrations import SchemaLockTimeout, lock_tables, migration_busy
@@ -492,6 +493,7 @@ AIOMYSQL = Backend(
     driver="aiomysql",
     driver_extra="mysql",
     check_foreign=_check_foreign_mysql,
+    add_listeners=no_listeners,
     # ER_NET_PACKET_TOO_LARGE
     too_large_codes=frozenset({1153}),
     schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE

@@ -45,6 +45,7 @@ from .base import (
     Replication,
     StorageSize,
     error_code,
+    no_listeners,
     require_database,
 )
 from .migrations import SchemaLockTimeout, lock_tables, migration_busy
@@ -434,6 +435,7 @@ ASYNCPG = Backend(
     # ONLY): one snapshot for every statement of the read, and no extra round trip.
     snapshot_read={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True},
     connect_args=_postgresql_connect_args,
+    add_listeners=no_listeners,
     driver="asyncpg",
     driver_extra="postgres",
     pgbouncer_connect_args=_asyncpg_pgbouncer_args,

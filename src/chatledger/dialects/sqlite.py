@@ -288,9 +288,9 @@ def release_cancelled_statements(engine: AsyncEngine) -> None:
     busy timeout.
     Closing the cursor resets the statement first (aiosqlite runs the two in order
     on the connection's thread).
+
+    SQLite's :attr:`Backend.add_listeners`: every engine a ledger transacts on gets it.
     """
-    if not backend(engine.dialect.name, engine.dialect.driver).resets_cancelled_statements:
-        return
 
     @event.listens_for(engine.sync_engine, "handle_error")
     def _reset_interrupted_statement(context: ExceptionContext) -> None:
@@ -388,7 +388,7 @@ AIOSQLITE = Backend(
     literal_like=False,
     column_collations=_column_collations_sqlite,
     rebuilds_tables=True,
-    resets_cancelled_statements=True,
+    add_listeners=release_cancelled_statements,
     migration_transaction=_migration_transaction_sqlite,
     offline_script=_OFFLINE_SCRIPT,
     drop_guard=_guard_drops_sqlite,
