@@ -32,8 +32,8 @@ PACKAGE = Path(chatledger.__file__).parent
 ROOT = PACKAGE.parents[1]
 GOLDEN = Path(__file__).parents[1] / "golden"
 #: Where no comparison with a dialect name may appear: the library and tools,
-#: Alembic's env.py and the scripts in bench/. Not chatledger/dialects/, where each backend is defined; not the
-#: frozen revisions (migrations/versions/*.py), which tests/test_revisions.py pins
+#: Alembic's env.py and the scripts in bench/. Not chatledger/dialects/, where each
+#: backend is defined; not the frozen revisions (migrations/versions/*.py), which tests/test_revisions.py pins
 #: byte for byte and which import nothing of chatledger, so cannot ask a backend:
 #: they stay as they were recorded.
 CHECKED = [
