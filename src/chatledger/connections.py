@@ -95,6 +95,12 @@ class Connections:
         self._loop: ref[asyncio.AbstractEventLoop] | None = None
         _OPEN.add(self)
 
+    def write_at(self, isolation_level: str) -> None:
+        """Run every later write transaction at ``isolation_level`` (SQLAlchemy's
+        spelling), instead of the database's default (:attr:`Backend.write_isolation_instead`)."""
+        options = {**self.backend.write, "isolation_level": isolation_level}
+        self.writer = self.engine.execution_options(**options)
+
     def _create_engine(self) -> AsyncEngine:
         """The ledger's own engine and pool, set up by the dialect's rules."""
         path = sqlite_file(self.url)
