@@ -17,6 +17,7 @@ exactly as the tombstone it replaced:
 * :func:`reached` -- the mark of an id, by a locking read (MySQL's locking reads see
   the last committed row whatever the snapshot; PostgreSQL at READ COMMITTED reads
   each statement anew).
+* :func:`kept` -- whether an id has a mark (a plain read).
 * :func:`take` -- the same, removing the mark: the new row carries the high water on.
 * :func:`raise_to` -- write the mark of a purged tombstone (never lowering one).
 """
@@ -54,6 +55,12 @@ async def reached(conn: AsyncConnection, store: int, id: str) -> Any | None:
     a locking read, in the caller's write transaction."""
     statement = select(_marks.c.last_sequence, _marks.c.version).where(_this(store, id))
     return (await conn.execute(statement.with_for_update())).one_or_none()
+
+
+async def kept(conn: AsyncConnection, store: int, id: str) -> bool:
+    """Whether ``id`` has a mark in ``store``: a plain read (a read transaction's, as a
+    settle runs in)."""
+    return await conn.scalar(select(_marks.c.id_digest).where(_this(store, id))) is not None
 
 
 async def take(conn: AsyncConnection, store: int, id: str) -> Any | None:
