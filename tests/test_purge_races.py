@@ -98,3 +98,26 @@ async def test_writers_waiting_on_a_purge_never_reuse_its_sequences_or_versions(
         await purge
         saved = await saver.aload_versioned("r")
         assert saved is not None and saved.version == 3
+
+
+@pytest.mark.requires("lock_wait_timeout")
+async def test_two_purges_writing_marks_into_one_gap_do_not_wait_on_each_other(url: URL) -> None:
+    """InnoDB: a locking read of a missing mark takes a gap lock, and a second purge's
+    INSERT into that gap waits for the first to commit (two such purges deadlock). The
+    mark's INSERT comes first, so the second purge commits while the first is open."""
+    engine = create_async_engine(url, poolclass=NullPool)
+    now = datetime.now(UTC)
+    try:
+        async with engine.connect() as first, engine.connect() as second:
+            await second.execute(text("SET SESSION innodb_lock_wait_timeout = 1"))
+            await second.commit()
+            await first.begin()
+            await marks.raise_to(first, marks.ZETT, "purged-first", 2, 2, now)
+            async with second.begin():  # error 1205 here if it waited on the first
+                await marks.raise_to(second, marks.ZETT, "purged-second", 3, 3, now)
+            await marks.raise_to(first, marks.ZETT, "purged-first", 1, 5, now)  # raised, never lowered
+            await first.commit()
+            found = (await first.execute(text("SELECT last_sequence, version FROM high_water_marks"))).all()
+            assert sorted(tuple(row) for row in found) == [(2, 5), (3, 3)]
+    finally:
+        await engine.dispose()
