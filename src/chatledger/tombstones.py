@@ -10,8 +10,8 @@ version, nothing else.
 
 **What the horizon promises.** For ``horizon`` after a delete, the tombstone itself
 stays: ``export`` and ``copy`` carry it (the id stays deleted in the target), and a
-late writer is told when it was deleted. Marks are not exported: a database copied
-after a purge does not know the purged ids. After the horizon only the mark stays, and a
+late writer is told when it was deleted. After the horizon only the mark stays (``export``
+and ``copy`` carry marks too, by digest, so a copy numbers the id on), and a
 writer of any age, holding any view of the id, is treated as the tombstone treated it:
 
 * a zett ``append`` raises :class:`chatledger.SessionDeleted` (nothing written), a
