@@ -55,6 +55,22 @@ def test_the_library_keeps_its_budget_and_the_cli_budget_yields_to_a_given_one()
     assert LedgerOptions(**interactive.options({})).retry_timeout == default
 
 
+async def test_retention_run_from_cron_keeps_a_service_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    """A retention run has no one waiting: a failover halfway through should not stop it
+    after the interactive 5 s. Its budget is the library's, or --retry-timeout."""
+    from chatledger.tools import cli
+
+    args = cli.build_parser().parse_args(["retention", "--tombstones-after", "30d"])
+    assert args.retry_timeout == LedgerOptions().retry_timeout > interactive.RETRY_TIMEOUT
+    dsn = f"postgresql://postgres@127.0.0.1:{closed_port()}/nothing"
+    given = ["retention", "--dsn", dsn, "--tombstones-after", "30d", "--retry-timeout", "0.5"]
+    assert await cli.run(given) == 2
+    err = capsys.readouterr().err
+    assert "retrying for up to 0.5 s" in err and "retry_timeout=0.5 s" in err
+    assert await cli.run([*given[:-1], "-1"]) == 2
+    assert "--retry-timeout must not be negative" in capsys.readouterr().err
+
+
 @pytest.fixture
 def big_export(tmp_path: Path) -> tuple[Path, int]:
     """A real export (of a one-session database) with its session repeated under many ids."""

@@ -20,23 +20,27 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from rein import Message, Session
+from sqlalchemy import event, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
-from chatledger import OutcomeUnknown, StorageUnavailable
-from chatledger.schema import sessions_table
+from chatledger import OutcomeUnknown, StorageUnavailable, retention
+from chatledger.rein import LedgerSessionStore
+from chatledger.schema import rein_sessions_table, sessions_table
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.backends import Servers
 from .support.proxy import Proxy, running_proxy
+from .support.schema_helpers import on_connection
 from .support.throwaway import LedgerState, ledger_state, migrated_database, shared_server
 
 #: Seconds any single wait may take before the test fails.
@@ -306,6 +310,52 @@ async def test_write_without_lookup_lost_in_its_commit_raises_outcome_unknown(
         assert summary is not None and summary.title == "after"  # it was applied
     finally:
         await storage.close()
+
+
+@pytest.mark.parametrize("part", ["idle-zett", "idle-rein", "tombstones"])
+async def test_a_retention_delete_lost_in_its_commit_is_looked_up_and_the_run_goes_on(
+    proxy: Proxy, server_url: URL, session_id: str, part: str
+) -> None:
+    """The conditional delete of an idle session (zett, rein) and the purge of a
+    tombstone settle a lost COMMIT (the row as its page read it, or what the delete left),
+    instead of ending the run with OutcomeUnknown."""
+    ids = [f"{session_id}-{number}" for number in range(4)]
+    kind = "rein" if part == "idle-rein" else "zett"
+    async with LedgerSessionStorage(server_url) as storage, LedgerSessionStore(server_url) as store:
+        for id in ids:
+            if kind == "rein":
+                await store.asave(id, Session(messages=[Message(role="user", content="kept?")]))
+            else:
+                await storage.append(id, "r", UserMessage(content="kept?"))
+                if part == "tombstones":
+                    await storage.delete_session(id)
+    table = rein_sessions_table if kind == "rein" else sessions_table
+    column = "deleted_at" if part == "tombstones" else "updated_at"
+    await on_connection(
+        server_url,
+        lambda conn: conn.execute(
+            update(table).where(table.c.id.in_(ids)).values({column: datetime.now(UTC) - timedelta(days=10)})
+        ),
+    )
+
+    def progress(id: str, done: bool) -> None:
+        if id == ids[0]:  # the next COMMIT is the second candidate's
+            proxy.arm("drop-after-commit")
+
+    policy = (
+        retention.Policy(tombstones_after=timedelta(days=1))
+        if part == "tombstones"
+        else retention.Policy(idle=timedelta(days=1))
+    )
+    report = await asyncio.wait_for(
+        retention.apply(proxy.url(server_url), policy, kinds=(kind,), progress=progress), TIMEOUT
+    )
+    assert not proxy.armed  # a COMMIT's answer was lost
+    done = report.tombstones if part == "tombstones" else report.sessions
+    assert done == {kind: len(ids)}
+    async with LedgerSessionStorage(server_url) as storage, LedgerSessionStore(server_url) as store:
+        for id in ids:
+            assert (await store.aload(id) if kind == "rein" else await storage.get_session(id)) is None
 
 
 #: The statements of one append, per backend: exactly-once adds none.

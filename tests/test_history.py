@@ -52,6 +52,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -468,8 +469,8 @@ class HistoryMachine(RuleBasedStateMachine):
         acknowledged: dict[int, Message] = {}
         for store, message, outcome in calls:
             what = f"append of {message.content} to {id!r}"
-            if before.row and not before.live:
-                # A tombstone: never revived by an append, not even one repeated.
+            if (before.row and not before.live) or before.marked:
+                # A tombstone (or its mark): never revived by an append, not even one repeated.
                 if outcome.ambiguous or outcome.unavailable:
                     outcome = await _one(functools.partial(self._repeat_append, store, id, message), None)
                 expect_error(outcome, SessionDeleted, what=what)
@@ -820,7 +821,7 @@ class HistoryMachine(RuleBasedStateMachine):
             id, message, outcome = racing
             what = f"append of {message.content} to {id!r} alongside a purge"
             model = self.zett[id]
-            if before[id].row and not before[id].live:
+            if (before[id].row and not before[id].live) or before[id].marked:
                 expect_error(outcome, SessionDeleted, what=what)
             elif outcome.error is None:
                 assert model.append(message) == outcome.value, (what, outcome.value, model.last)
@@ -847,6 +848,31 @@ class HistoryMachine(RuleBasedStateMachine):
             elif rein.live and not live:
                 raise AssertionError(f"purge of {prefix!r} deleted rein session {id!r}")
 
+    @rule(store=stores, fault=faults)
+    def purge_tombstones(self, store: int, fault: str) -> None:
+        """Purge every tombstone (zett's, rein's), each replaced by its high-water mark;
+        under a fault, then once more without one to finish (the purge is conditional)."""
+        self.events.append("purge tombstones")
+        self.run(self._purge_tombstones, self.through(store, fault), fault)
+
+    async def _purge_tombstones(self, store: int, fault: str) -> None:
+        def purge() -> Awaitable[Any]:
+            before = datetime.now(UTC) + timedelta(seconds=1)  # every tombstone so far
+            return asyncio.gather(
+                self.stores[store].purge_tombstones(deleted_before=before),
+                self.rein_stores[min(store, 1)].apurge_tombstones(deleted_before=before),
+            )
+
+        (outcome,) = await self.group([(purge, None)], fault, "purge tombstones")
+        if outcome.error is not None:
+            # A lost COMMIT is settled: only a budget spent while unreachable ends it.
+            expect_error(outcome, StorageUnavailable, what="purge of tombstones")
+            outcome = await _one(purge, None)
+        assert outcome.error is None, f"purge of tombstones: raised {outcome.error!r}"
+        for model in [*self.zett.values(), *self.rein.values()]:
+            if model.row and not model.live:
+                model.purge()
+
     # -- export, import, copy -----------------------------------------------------------
 
     @rule(
@@ -863,8 +889,11 @@ class HistoryMachine(RuleBasedStateMachine):
 
     def _revisions(self, ids: Sequence[str]) -> dict[tuple[str, str], int]:
         revisions = {("zett", id): self.zett[id].revision for id in ids if self.zett[id].row}
-        revisions.update({("rein", id): self.rein[id].revision for id in ids if self.rein[id].version})
+        revisions.update({("rein", id): self.rein[id].revision for id in ids if self.rein[id].row})
         return revisions
+
+    def _model(self, kind: str, id: str) -> ZettModel | ReinModel:
+        return self.zett[id] if kind == "zett" else self.rein[id]
 
     def _current(self, kind: str, id: str) -> int:
         return self.zett[id].revision if kind == "zett" else self.rein[id].revision
@@ -886,9 +915,14 @@ class HistoryMachine(RuleBasedStateMachine):
             outcome = await _one(lambda: import_file(self.world.url, str(chosen.path)), None)
         assert outcome.error is None, f"import of {chosen.path.name}: raised {outcome.error!r}"
         report: ImportReport = outcome.value
-        same = sum(self._current(kind, id) == revision for (kind, id), revision in chosen.revisions.items())
-        assert (report.imported, report.failed, report.complete) == (0, 0, True), report
-        assert (report.identical, report.differing) == (same, len(chosen.revisions) - same), (
+        # A session whose tombstone was purged since is refused: it would reuse the mark's.
+        purged = sum(self._model(kind, id).marked for kind, id in chosen.revisions)
+        same = sum(
+            self._current(kind, id) == revision and not self._model(kind, id).marked
+            for (kind, id), revision in chosen.revisions.items()
+        )
+        assert (report.imported, report.failed, report.complete) == (0, purged, True), report
+        assert (report.identical, report.differing) == (same, len(chosen.revisions) - same - purged), (
             report,
             chosen.revisions,
         )
@@ -974,7 +1008,7 @@ class HistoryMachine(RuleBasedStateMachine):
                     )
             await check_zett(self.world.observer, id, model, f"session {id!r}")
         rein_rows = await self._rein_rows()
-        assert set(rein_rows) == {id for id, model in self.rein.items() if model.version}, rein_rows
+        assert set(rein_rows) == {id for id, model in self.rein.items() if model.row}, rein_rows
         for id, model in self.rein.items():
             row = rein_rows.get(id)
             if row is not None:

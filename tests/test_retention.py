@@ -297,6 +297,48 @@ async def test_an_import_below_a_mark_is_refused(url: URL, tmp_path: Path, datab
     assert await rows(url, sessions_table) == 0 and await rows(url, high_water_marks_table) == 1
 
 
+async def test_a_copy_after_a_purge_carries_the_marks(url: URL, tmp_path: Path, database: Database) -> None:
+    """A database copied after a purge (moving to a shared server, say) numbers the purged
+    ids on as the source would: a late append is refused, a re-create and a rein save
+    number on from the marks; copying again raises nothing twice."""
+    from chatledger.zett import LedgerSessionStorage
+
+    async with LedgerSessionStorage(url) as storage, LedgerSessionStore(url) as store:
+        for text in ("one", "two"):
+            await storage.append("x", "r", UserMessage(content=text))
+        await storage.delete_session("x")
+        await store.asave("r", rein_session("one"))
+        await store.adelete("r")  # version 2
+        await storage.append("kept", "r", UserMessage(content="live"))
+    await age(url, sessions_table, "deleted_at", ["x"], 2)
+    await age(url, rein_sessions_table, "updated_at", ["r"], 2)
+    assert (await retention.apply(url, retention.Policy(tombstones_after=timedelta(days=1)))).tombstones == {
+        "zett": 1,
+        "rein": 1,
+    }
+    async with fresh_database(database, tmp_path, "copied") as target:
+        await upgrade_database(target)
+        source_dsn, target_dsn = (u.render_as_string(hide_password=False) for u in (url, target))
+        for _ in range(2):
+            assert await cli.run(["copy", "--from", source_dsn, "--to", target_dsn]) == 0
+        assert await rows(target, high_water_marks_table) == 2
+        async with LedgerSessionStorage(target) as storage, LedgerSessionStore(target) as store:
+            with pytest.raises(SessionDeleted, match="tombstone since purged"):
+                await storage.append("x", "r", UserMessage(content="late"))
+            await storage.create_session(session_id="x")
+            assert await storage.append("x", "r", UserMessage(content="three")) == 3
+            await store.asave("r", rein_session("two"))
+            saved = await store.aload_versioned("r")
+            assert saved is not None and saved.version == 3
+
+    exported = tmp_path / "x.jsonl"
+    assert await cli.run(["export", "--dsn", source_dsn, "--session", "x", "--output", str(exported)]) == 0
+    records = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [record["row"]["id_digest"] for record in records if record.get("type") == "mark"] == [
+        marks.digest("x")
+    ]
+
+
 def test_a_mark_keeps_no_id() -> None:
     assert marks.digest("user-42") == marks.digest("user-42") != marks.digest("user-42 ")
     assert "user" not in marks.digest("user-42") and len(marks.digest("user-42")) == 64

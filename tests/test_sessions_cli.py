@@ -142,6 +142,28 @@ async def test_delete_asks_first(
         assert not await store.acontains("rein-two") and await store.acontains("rein-one")
 
 
+async def test_delete_of_a_session_deleted_by_another_during_the_question_says_so(
+    filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store's delete decides, not what was read for the question."""
+    dsn, ids = filled
+
+    def meanwhile(console: object, question: str) -> bool:
+        async def other() -> None:
+            async with LedgerSessionStorage(dsn) as storage:
+                assert await storage.delete_session(ids[3])
+
+        worker = threading.Thread(target=lambda: asyncio.run(other()))
+        worker.start()
+        worker.join()
+        return True
+
+    monkeypatch.setattr(sessions_module, "confirm", meanwhile)
+    assert await run(["sessions", "delete", ids[3], "--dsn", dsn]) == 1
+    out = capsys.readouterr().out
+    assert f"zett session {ids[3]!r}" in out and "deleted meanwhile by another" in out
+
+
 async def test_purge(
     filled: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

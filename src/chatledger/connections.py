@@ -132,6 +132,12 @@ class Connections:
             replicas.append(Replica(url, backend, engine, engine.execution_options(**backend.snapshot_read)))
         return replicas
 
+    def write_at(self, isolation_level: str) -> None:
+        """Run every later write transaction at ``isolation_level`` (SQLAlchemy's
+        spelling), instead of the database's default (:attr:`Backend.write_isolation_instead`)."""
+        options = {**self.backend.write, "isolation_level": isolation_level}
+        self.writer = self.engine.execution_options(**options)
+
     def _create_engine(self, url: URL) -> AsyncEngine:
         """The ledger's own engine and pool for ``url`` (the primary or a replica), set up by
         the dialect's rules."""

@@ -4,7 +4,8 @@ A service keeps the library's budget (``retry_timeout``, 20 s by default), ridin
 a failover. A person who mistyped a port would wait as long, in silence; inside
 :func:`command` (the ``chatledger`` CLI) every :class:`chatledger.engine.Ledger`
 built without its own ``retry_timeout`` gets :data:`RETRY_TIMEOUT`, and the first
-retry of the command says so on stderr, once.
+retry of the command says so on stderr, once. ``chatledger retention``, run from cron
+with no one waiting, passes the library's budget (``--retry-timeout``).
 """
 
 from __future__ import annotations

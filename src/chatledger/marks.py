@@ -17,6 +17,7 @@ exactly as the tombstone it replaced:
 * :func:`reached` -- the mark of an id, by a locking read (MySQL's locking reads see
   the last committed row whatever the snapshot; PostgreSQL at READ COMMITTED reads
   each statement anew).
+* :func:`kept` -- whether an id has a mark (a plain read).
 * :func:`take` -- the same, removing the mark: the new row carries the high water on.
 * :func:`raise_to` -- write the mark of a purged tombstone (never lowering one).
 """
@@ -28,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .schema import high_water_marks_table
@@ -56,6 +58,12 @@ async def reached(conn: AsyncConnection, store: int, id: str) -> Any | None:
     return (await conn.execute(statement.with_for_update())).one_or_none()
 
 
+async def kept(conn: AsyncConnection, store: int, id: str) -> bool:
+    """Whether ``id`` has a mark in ``store``: a plain read (a read transaction's, as a
+    settle runs in)."""
+    return await conn.scalar(select(_marks.c.id_digest).where(_this(store, id))) is not None
+
+
 async def take(conn: AsyncConnection, store: int, id: str) -> Any | None:
     """:func:`reached`, and the mark removed: the caller's new row under the id carries
     the high water on (in the same transaction)."""
@@ -70,21 +78,39 @@ async def raise_to(
 ) -> None:
     """Keep ``id``'s high water at least at ``last_sequence`` and ``version``, in the
     transaction that deletes its tombstone (whose row lock serialises purges of the id)."""
-    mark = await reached(conn, store, id)
-    if mark is None:
-        await conn.execute(
-            insert(_marks).values(
-                store=store,
-                id_digest=digest(id),
-                last_sequence=last_sequence,
-                version=version,
-                purged_at=now,
+    await raise_digest(conn, store, digest(id), last_sequence, version, now)
+
+
+async def raise_digest(
+    conn: AsyncConnection, store: int, id_digest: str, last_sequence: int, version: int, now: datetime
+) -> None:
+    """:func:`raise_to` by the id's digest (an import's marks carry no id).
+
+    The INSERT first, in a savepoint: on MySQL/MariaDB a locking read of a missing mark
+    takes a gap lock, and two purges whose digests fall in one gap then deadlock on
+    their INSERTs; an INSERT takes no gap lock. A mark already there (rare: an earlier
+    purge of the id, or an imported one) is raised instead, never lowered."""
+    this = and_(_marks.c.store == store, _marks.c.id_digest == id_digest)
+    try:
+        async with conn.begin_nested():
+            await conn.execute(
+                insert(_marks).values(
+                    store=store,
+                    id_digest=id_digest,
+                    last_sequence=last_sequence,
+                    version=version,
+                    purged_at=now,
+                )
             )
-        )
         return
+    except IntegrityError:
+        pass
+    mark = (
+        await conn.execute(select(_marks.c.last_sequence, _marks.c.version).where(this).with_for_update())
+    ).one()
     await conn.execute(
         update(_marks)
-        .where(_this(store, id))
+        .where(this)
         .values(
             last_sequence=max(last_sequence, mark.last_sequence),
             version=max(version, mark.version),

@@ -98,6 +98,14 @@ class Readiness:
             if query is not None:
                 limit = await transactions.run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
+            level_query = self.backend.write_isolation_query
+            if level_query is not None:
+                level = await transactions.run(
+                    lambda conn: conn.scalar(text(level_query)), write=True, ready=False
+                )
+                instead = self.backend.write_isolation_instead.get(str(level).lower())
+                if instead is not None:
+                    self.connections.write_at(instead)
             self.ready = True
 
     async def _read_state(self, transactions: Transactions) -> tuple[migrate.SchemaState, str | None]:

@@ -10,8 +10,8 @@ version, nothing else.
 
 **What the horizon promises.** For ``horizon`` after a delete, the tombstone itself
 stays: ``export`` and ``copy`` carry it (the id stays deleted in the target), and a
-late writer is told when it was deleted. Marks are not exported: a database copied
-after a purge does not know the purged ids. After the horizon only the mark stays, and a
+late writer is told when it was deleted. After the horizon only the mark stays (``export``
+and ``copy`` carry marks too, by digest, so a copy numbers the id on), and a
 writer of any age, holding any view of the id, is treated as the tombstone treated it:
 
 * a zett ``append`` raises :class:`chatledger.SessionDeleted` (nothing written), a
@@ -26,14 +26,15 @@ So no sequence or version is reused, whatever the horizon; a shorter horizon onl
 forgets sooner when and which session was deleted. Two conditions, both stated in
 ``docs/retention.md``: every writer runs code of revision 0005 or later (the code of
 0004, which ``compatible_from`` lets run, ignores marks), and on PostgreSQL the
-writers' isolation is READ COMMITTED (the default) or SERIALIZABLE -- at REPEATABLE
-READ a first append whose statement began before a purge of the same id committed
-cannot see its mark.
+writers' isolation is READ COMMITTED or SERIALIZABLE -- at REPEATABLE READ a first
+append that waited for a purge of the same id cannot see its mark, so a ledger whose
+database defaults to it writes at READ COMMITTED (``Backend.write_isolation_instead``).
 
 **Conditional.** Candidates are read a page at a time; each is deleted in its own
 transaction whose ``DELETE`` checks again that the row is still a tombstone older
 than the cutoff and still at the versions the page read: a tombstone revived or
-re-created in between (``create_session``, a rein save) is kept.
+re-created in between (``create_session``, a rein save) is kept. A purge whose COMMIT's
+answer was lost is looked up (the tombstone still there, or its mark), so a run goes on.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Table, delete
+from sqlalchemy import ColumnElement, Table, delete, select
 
 from . import clock, marks, validate
 from .errors import WrongType
@@ -149,7 +150,22 @@ async def purge_tombstones(
                 await conn.execute(delete(rein_writes_table).where(rein_writes_table.c.session_id == id))
             return True
 
-        return await ledger.write(work)
+        async def settle(conn: Any) -> bool | None:
+            # The COMMIT's answer was lost: the tombstone still there, as read, means it
+            # was not committed (try again; the DELETE decides anew). Gone with its mark
+            # there: purged, by this call or another purge. Gone and no mark: re-created
+            # since (the mark carried on by the new row), so counted as kept.
+            still = await conn.scalar(
+                select(table.c.id).where(
+                    table.c.id == id, older, *(table.c[name] == value for name, value in seen.items())
+                )
+            )
+            if still is not None:
+                return None
+            return await marks.kept(conn, store.store, id)
+
+        # A retention run goes on after a lost COMMIT: the purge is looked up, not left unknown.
+        return await ledger.write(work, settle=settle)
 
     return await purge(
         ledger, table, older, Selection(), purge_one, versions=store.versions, size=size, progress=progress

@@ -8,6 +8,8 @@ One :class:`ZettModel` per zett session id and one :class:`ReinModel` per rein i
   one message acknowledged at it; a checkpoint version is used once per generation,
   and a checkpoint id once ever;
 - a rein id's version counts every save and delete of the id, never reset;
+- a purged tombstone (``marked``) leaves no row, only its high-water mark: the id
+  stays deleted for an append, and a create or rein save numbers on from the mark;
 - ``revision`` counts the changes the database made to the session (what an import
   compares: an export taken at revision r is identical to the database while the
   session is still at r).
@@ -40,6 +42,8 @@ class ZettModel:
     #: A counter row exists (a live session or a tombstone).
     row: bool = False
     live: bool = False
+    #: The tombstone was purged: no row, its high-water mark (``base``) instead.
+    marked: bool = False
     #: The last sequence of the deleted generations (the current one numbers after it).
     base: int = 0
     #: The current generation's messages, at sequences base+1, base+2, ...
@@ -69,7 +73,7 @@ class ZettModel:
 
     def append(self, message: Message) -> int:
         """An append applied: the session exists from now on."""
-        assert self.live or not self.row, "an append to a tombstone must be refused"
+        assert (self.live or not self.row) and not self.marked, "an append to a tombstone must be refused"
         self.row = self.live = True
         self.messages.append(message)
         self.revision += 1
@@ -83,9 +87,16 @@ class ZettModel:
         self.checkpoint = None
         self.revision += 1
 
+    def purge(self) -> None:
+        """Its tombstone purged: the mark keeps ``base`` (the last sequence)."""
+        assert self.row and not self.live
+        self.row, self.marked = False, True
+        self.revision += 1
+
     def create(self, session_type: int) -> None:
         assert not self.live
         self.row = self.live = True
+        self.marked = False
         self.messages = []
         self.checkpoint = None
         self.session_type = session_type
@@ -105,10 +116,17 @@ class ReinModel:
     #: The saved ``Session``'s ``iteration``: each save in a history saves its own.
     iteration: int = 0
     revision: int = 0
+    #: The tombstone was purged: no row, its mark keeps ``version``.
+    marked: bool = False
+
+    @property
+    def row(self) -> bool:
+        return self.version > 0 and not self.marked
 
     def save(self, iteration: int) -> None:
         self.version += 1
         self.live = True
+        self.marked = False
         self.iteration = iteration
         self.revision += 1
 
@@ -116,6 +134,11 @@ class ReinModel:
         assert self.live
         self.version += 1
         self.live = False
+        self.revision += 1
+
+    def purge(self) -> None:
+        assert self.row and not self.live
+        self.marked = True
         self.revision += 1
 
     def frozen(self) -> ReinModel:

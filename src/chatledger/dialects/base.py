@@ -378,6 +378,12 @@ class Backend:
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Execution options of a write transaction.
     write: dict[str, Any] = field(default_factory=dict)
+    #: Reads the isolation level a write transaction runs at (once per ledger, at its
+    #: schema check); ``None``: the backend states it in :attr:`write` or has one level.
+    write_isolation_query: str | None = None
+    #: The level a write runs at instead of a default its locking was not designed for:
+    #: {level as ``write_isolation_query`` reports it: level to use, as SQLAlchemy spells it}.
+    write_isolation_instead: dict[str, str] = field(default_factory=dict)
     #: ``create_async_engine`` options of this backend.
     engine_options: dict[str, Any] = field(default_factory=dict)
     #: Driver ``connect()`` arguments from the store's options (sent with the login).

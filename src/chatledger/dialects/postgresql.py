@@ -434,6 +434,14 @@ ASYNCPG = Backend(
     # Stated by asyncpg's BEGIN itself (BEGIN ISOLATION LEVEL REPEATABLE READ READ
     # ONLY): one snapshot for every statement of the read, and no extra round trip.
     snapshot_read={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True},
+    # A write runs at the database's default: READ COMMITTED, or SERIALIZABLE (which
+    # CockroachDB and YugabyteDB impose). At REPEATABLE READ its snapshot dates from its
+    # first statement, so a session's first append or a rein save that waited for a
+    # tombstone purge of the same id to commit cannot see the purge's high-water mark,
+    # and numbers the id from 1 again: such a default is replaced by READ COMMITTED
+    # (stated by asyncpg's and psycopg's BEGIN, no extra round trip).
+    write_isolation_query="SHOW transaction_isolation",
+    write_isolation_instead={"repeatable read": "READ COMMITTED"},
     connect_args=_postgresql_connect_args,
     add_listeners=no_listeners,
     driver="asyncpg",

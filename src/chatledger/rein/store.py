@@ -227,8 +227,24 @@ async def _delete(
         )
         return bool(tombstoned.rowcount)
 
+    async def settle(conn: AsyncConnection) -> bool | None:
+        # A purge's delete whose COMMIT's answer was lost (``seen``: the version its page
+        # read): still live and selected, it was not committed (try again); the tombstone
+        # one version on, it was; anything else was saved meanwhile: kept.
+        assert seen is not None
+        if await conn.scalar(select(_rein.c.id).where(_rein.c.id == id, _live, *selected)) is not None:
+            return None
+        ours = await conn.scalar(
+            select(_rein.c.id).where(
+                _rein.c.id == id, _rein.c.session_json.is_(None), _rein.c.version == seen["version"] + 1
+            )
+        )
+        return ours is not None
+
     with telemetry.operation(ledger, "rein", "delete", id) as span:
-        deleted = await ledger.write(work, session=id)
+        # Only a purge's delete is looked up after a lost COMMIT: a plain delete retried
+        # after a save of the id would delete the new session (OutcomeUnknown).
+        deleted = await ledger.write(work, session=id, settle=None if seen is None else settle)
         span.set("chatledger.deleted", deleted)
         return deleted
 

@@ -22,13 +22,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import __version__, migrate
+from .. import __version__, marks, migrate
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .importer import database_error
 from .progress import Tracker, progress
-from .rows import FORMAT, FORMAT_VERSION, TABLES, Counts, Record, RowCodec, _instant
+from .rows import FORMAT, FORMAT_VERSION, MARKS, TABLES, Counts, Record, RowCodec, _instant
 
 #: Sessions read per page by the export.
 PAGE = 500
@@ -101,6 +101,7 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
     nothing grows with the size of the database.
     """
     codecs = {kind: RowCodec(table) for kind, table in TABLES.items()}
+    mark_codec = RowCodec(MARKS)
     counts = await _count(conn, ids)
     revision = await conn.run_sync(migrate.current_revision)
     yield {
@@ -110,7 +111,10 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
         "revision": revision,
         "backend": conn.dialect.name,
         "exported_at": _instant(datetime.now(UTC)),
-        "tables": {table.name: list(codecs[kind].columns) for kind, table in TABLES.items()},
+        "tables": {
+            **{table.name: list(codecs[kind].columns) for kind, table in TABLES.items()},
+            MARKS.name: list(mark_codec.columns),
+        },
         "counts": counts.__dict__,
     }
     r, v = raw_messages_table, snapshots_table
@@ -162,6 +166,13 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
         for row in partition:
             total.rein_sessions += 1
             yield {"type": "rein_session", "row": codecs["rein_session"].encode(row._mapping)}
+    # The marks of purged tombstones (of the ids asked for: by their digests), so that a
+    # copy numbers a purged id on as the source would, never from 1 again.
+    statement = select(MARKS).order_by(MARKS.c.store, MARKS.c.id_digest)
+    if ids is not None:
+        statement = statement.where(MARKS.c.id_digest.in_(sorted({marks.digest(id) for id in ids})))
+    for row in await conn.execute(statement):
+        yield {"type": "mark", "row": mark_codec.encode(row._mapping)}
     yield {"type": "end", **total.__dict__}
 
 

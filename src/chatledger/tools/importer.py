@@ -46,7 +46,7 @@ from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from . import interrupt
 from .progress import Tracker, progress
-from .rows import FORMAT, FORMAT_VERSION, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
+from .rows import FORMAT, FORMAT_VERSION, MARKS, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
 from .spool import Spool
 
 #: Rows per ``executemany`` of the import, and the most bytes of JSON one may carry.
@@ -85,6 +85,8 @@ class ImportReport:
     failed: int = 0
     #: The first :data:`KEPT` differing and failed sessions, with the reason.
     problems: list[str] = field(default_factory=list)
+    #: High-water marks of purged tombstones written (or raised) in the target.
+    marks: int = 0
     #: The input ended with its end record (``False``: truncated; what it held was imported).
     complete: bool = False
 
@@ -280,6 +282,12 @@ class Importer:
                     rein = _Session("rein", row["id"], tombstone=row.get("session_json") is None)
                     await self._step(rein, "rein", row)
                     self._finish(rein)
+                elif kind == "mark":
+                    if session is not None:
+                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                    if "mark" not in self.codecs:
+                        raise FormatError(f"{where}: a mark record, but the header lists no {MARKS.name}")
+                    await self._mark(self.codecs["mark"].decode(record.get("row"), where))
                 elif kind == "end":
                     if session is not None:
                         raise FormatError(f"{where}: session {session.id!r} has no session_end record")
@@ -335,20 +343,43 @@ class Importer:
                     f"{where}: {table.name} rows lack the required columns {', '.join(lacking)}"
                 )
             self.codecs[kind] = RowCodec(table, columns)
+        columns = tables.get(MARKS.name)
+        if columns is not None:  # a file written before marks travelled lists none
+            if not isinstance(columns, list) or sorted(map(str, columns)) != sorted(MARKS.c.keys()):
+                wanted = list(MARKS.c.keys())
+                raise FormatError(f"{where}: the header's {MARKS.name} columns must be {wanted}")
+            self.codecs["mark"] = RowCodec(MARKS, columns)
         counts = header.get("counts")
         self.tracker.start(counts if isinstance(counts, dict) else {})
+
+    async def _mark(self, row: Record) -> None:
+        """Write (or raise, never lower) a purged id's high-water mark in the target, in
+        a transaction of its own: the target then numbers the id on as the source would."""
+        store, id_digest = int(row["store"]), str(row["id_digest"])
+        last_sequence, version = int(row["last_sequence"]), int(row["version"])
+        # Any store code: later frameworks add theirs (the schema's comment lists them).
+        if store < 0 or len(id_digest) != 64:
+            raise FormatError(f"a {MARKS.name} row of store {store} and digest {id_digest!r}")
+
+        async def work(conn: AsyncConnection) -> bool:
+            await marks.raise_digest(conn, store, id_digest, last_sequence, version, row["purged_at"])
+            return True
+
+        async def settle(conn: AsyncConnection) -> bool | None:
+            # After a lost COMMIT: write it again, which raises a mark already there to
+            # the same values (no lookup needed, and no OutcomeUnknown).
+            return None
+
+        await self.ledger.write(work, settle=settle)
+        self.report.marks += 1
 
     # -- the connection ----------------------------------------------------------
 
     async def _connection(self) -> AsyncConnection:
         """The import's connection (one for every session), opened anew after a lost one."""
         if self._conn is None:
-            conn = await self.ledger.engine.connect()
-            try:
-                self._conn = await conn.execution_options(**self.ledger.backend.write)
-            except BaseException:
-                await conn.close()
-                raise
+            # The ledger's writer: its write options, and the isolation it settled on.
+            self._conn = await self.ledger.connections.writer.connect()
         return self._conn
 
     async def _rollback(self) -> None:

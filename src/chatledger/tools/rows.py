@@ -18,7 +18,13 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from ..schema import (
+    high_water_marks_table,
+    raw_messages_table,
+    rein_sessions_table,
+    sessions_table,
+    snapshots_table,
+)
 
 #: The ``format`` of the header line.
 FORMAT = "chatledger-export"
@@ -31,6 +37,10 @@ TABLES: Mapping[str, Table] = {
     "message": raw_messages_table,
     "rein_session": rein_sessions_table,
 }
+
+#: The high-water marks of purged tombstones (``mark`` records): apart from
+#: :data:`TABLES`, since a file written before they travelled lists no such table.
+MARKS = high_water_marks_table
 
 
 Record = dict[str, Any]

@@ -354,7 +354,8 @@ async def delete(
 ) -> int:
     """Delete a session of every kind that has this id, after asking (unless ``yes``).
 
-    Returns the exit status: 0 deleted, 1 no such session or not confirmed.
+    Returns the exit status: 0 deleted, 1 no such session (also when it was deleted by
+    another between the question and the answer) or not confirmed.
     """
     async with open_stores(dsn, kinds) as stores:
         found: list[tuple[str, str]] = []
@@ -372,13 +373,19 @@ async def delete(
         if not yes and not confirm(console, f"delete {what} with all its history?"):
             _say(console, "nothing deleted")
             return 1
+        deleted = 0
         for kind, description in found:
+            # The store's delete decides (it finds the session, or not, in its own
+            # transaction): what was read for the question may be gone by the answer.
             if kind == "zett":
-                await stores.zett.delete_session(session_id)
+                done = await stores.zett.delete_session(session_id)
             else:
-                await stores.rein.adelete(session_id)
-            _say(console, f"deleted {description}")
-    return 0
+                done = await stores.rein.adelete(session_id)
+            deleted += done
+            _say(
+                console, f"deleted {description}" if done else f"{description}: deleted meanwhile by another"
+            )
+    return 0 if deleted else 1
 
 
 # -- purge ----------------------------------------------------------------------------
@@ -395,7 +402,7 @@ def _describe(selection: Selection) -> str:
 
 def _live(kind: str) -> Any:
     """Rows that are sessions, not tombstones of deleted ones (which keep stale writers
-    out and are never purged): no ``deleted_at``; a rein row with its JSON."""
+    out, and only retention's tombstone purge removes): no ``deleted_at``; a rein row with its JSON."""
     if kind == "rein":
         return rein_sessions_table.c.session_json.is_not(None)
     return sessions_table.c.deleted_at.is_(None)

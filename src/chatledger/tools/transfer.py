@@ -7,8 +7,9 @@ The format is JSON lines, versioned and documented in ``docs/export-format.md``
 * **Exact.** Every column travels as stored: ids, sequences, versions, checkpoint
   boundaries, the JSON texts (byte for byte), token counts, and timestamps as
   RFC 3339 UTC with microseconds. Deleted sessions' tombstones (rows a later
-  revision keeps so that no late writer revives an id) travel as rows too, so a
-  copy keeps stale writers out of the copy as well.
+  revision keeps so that no late writer revives an id) travel as rows too, and the
+  high-water marks of purged ones as ``mark`` records, so a copy keeps stale writers
+  out of the copy as well.
 * **Constant memory.** The export reads one consistent snapshot (one read
   transaction) with server-side cursors, a page of sessions at a time; the import
   reads a line at a time and inserts in batches (``executemany``).

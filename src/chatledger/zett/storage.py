@@ -848,8 +848,29 @@ class LedgerSessionStorage:
             await conn.execute(delete(_snapshots).where(_snapshots.c.session_id == session_id))
             return True
 
+        async def settle(conn: AsyncConnection) -> bool | None:
+            # A purge's delete whose COMMIT's answer was lost (``seen``: the versions its
+            # page read): still live and selected, it was not committed (try again, the
+            # UPDATE decides anew); the tombstone of that very row (one fields_version on,
+            # the same last sequence), it was; anything else was written meanwhile: kept.
+            assert seen is not None
+            still = select(_sessions.c.id).where(_sessions.c.id == session_id, _live, *selected)
+            if await conn.scalar(still) is not None:
+                return None
+            ours = await conn.scalar(
+                select(_sessions.c.id).where(
+                    _sessions.c.id == session_id,
+                    _sessions.c.deleted_at.is_not(None),
+                    _sessions.c.last_sequence == seen["last_sequence"],
+                    _sessions.c.fields_version == seen["fields_version"] + 1,
+                )
+            )
+            return ours is not None
+
         with telemetry.operation(self.ledger, "zett", "delete", session_id) as span:
-            deleted = await self.ledger.write(work, session=session_id)
+            # Only a purge's delete is looked up after a lost COMMIT: a plain delete
+            # retried after a re-create would delete the new session (OutcomeUnknown).
+            deleted = await self.ledger.write(work, session=session_id, settle=None if seen is None else settle)
             span.set("chatledger.deleted", deleted)
             return deleted
 

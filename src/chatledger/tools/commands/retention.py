@@ -11,8 +11,14 @@ from datetime import timedelta
 
 from rich.console import Console
 
+from ...options import LedgerOptions
 from ..words import counted
 from .shared import Command, add_dsn
+
+#: The retry budget of a retention run, in seconds: the library's, not the interactive
+#: commands' (chatledger/interactive.py): a run from cron meeting a failover halfway
+#: would otherwise stop after 5 s and leave the rest to the next run.
+SERVICE_BUDGET: float = LedgerOptions.model_fields["retry_timeout"].default
 
 HELP = (
     "delete the sessions idle longer than a duration and purge the tombstones of sessions deleted "
@@ -35,6 +41,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="delete nothing: count what would be deleted")
     parser.add_argument(
         "--batch-size", type=int, default=500, metavar="N", help="ids read per batch (default: 500)"
+    )
+    parser.add_argument(
+        "--retry-timeout",
+        type=float,
+        default=SERVICE_BUDGET,
+        metavar="SECONDS",
+        help="how long each call retries a database that does not answer (default: "
+        f"{SERVICE_BUDGET:g}, a service's budget, which rides out a failover: a run from cron has "
+        "no one waiting, unlike the other commands' 5)",
     )
     parser.add_argument("--json", action="store_true", help="print the counts as JSON")
 
@@ -59,9 +74,16 @@ async def run(args: argparse.Namespace, console: Console) -> int:
         idle=_age(args.idle, "--idle"),
         tombstones_after=_age(args.tombstones_after, "--tombstones-after"),
     )
+    if args.retry_timeout < 0:
+        raise ValueError(f"--retry-timeout must not be negative, not {args.retry_timeout:g}")
     kinds = (args.kind,) if args.kind else retention.KINDS
     report = await retention.apply(
-        args.dsn, policy, dry_run=args.dry_run, kinds=kinds, batch_size=args.batch_size
+        args.dsn,
+        policy,
+        dry_run=args.dry_run,
+        kinds=kinds,
+        batch_size=args.batch_size,
+        retry_timeout=args.retry_timeout,
     )
     if args.json:
         print(

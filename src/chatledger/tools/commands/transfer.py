@@ -61,6 +61,12 @@ def _import_summary(console: Console, report: Any, verb: str = "imported") -> in
         f"{counted(report.snapshots, 'checkpoint')}) into {report.target}; {report.identical:,} already "
         "there and identical, skipped",
     )
+    if report.marks:
+        say(
+            console,
+            f"{verb} {counted(report.marks, 'high-water mark')} of purged tombstones: those ids number on "
+            "in the target as in the source",
+        )
     if report.differing or report.failed:
         differ = "differs" if report.differing == 1 else "differ"
         were = "was" if report.failed == 1 else "were"
