@@ -870,7 +870,9 @@ class LedgerSessionStorage:
         with telemetry.operation(self.ledger, "zett", "delete", session_id) as span:
             # Only a purge's delete is looked up after a lost COMMIT: a plain delete
             # retried after a re-create would delete the new session (OutcomeUnknown).
-            deleted = await self.ledger.write(work, session=session_id, settle=None if seen is None else settle)
+            deleted = await self.ledger.write(
+                work, session=session_id, settle=None if seen is None else settle
+            )
             span.set("chatledger.deleted", deleted)
             return deleted
 
