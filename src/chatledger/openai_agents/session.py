@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agents.items import TResponseInputItem
@@ -33,16 +33,25 @@ from . import items as _items
 
 __all__ = ["LedgerSession"]
 
+
+class _Shared:
+    """A ledger that sessions share, and what it was made from (held, so that an id in
+    the key stays unique while the entry lives)."""
+
+    def __init__(self, ledger: Ledger, source: object) -> None:
+        self.ledger, self.source = ledger, source
+
+
 #: The ledgers sessions share: one per engine (``engine=``) or per URL and options
 #: (``from_url``), alive while a session uses it; so many sessions share one pool.
-_shared: weakref.WeakValueDictionary[tuple[Any, ...], Ledger] = weakref.WeakValueDictionary()
+_shared: weakref.WeakValueDictionary[tuple[Any, ...], _Shared] = weakref.WeakValueDictionary()
 
 
-def _shared_ledger(key: tuple[Any, ...], make: Any) -> Ledger:
-    ledger = _shared.get(key)
-    if ledger is None or ledger.connections.closed:
-        ledger = _shared[key] = make()
-    return ledger
+def _shared_ledger(key: tuple[Any, ...], source: object, make: Callable[[], Ledger]) -> _Shared:
+    found = _shared.get(key)
+    if found is None or found.source is not source or found.ledger.connections.closed:
+        found = _shared[key] = _Shared(make(), source)
+    return found
 
 
 class LedgerSession(SessionABC):
@@ -81,6 +90,7 @@ class LedgerSession(SessionABC):
     """
 
     session_settings: SessionSettings | None = None
+    _shared: _Shared | None = None
 
     def __init__(
         self,
@@ -108,10 +118,8 @@ class LedgerSession(SessionABC):
             if not isinstance(engine, AsyncEngine):
                 raise TypeError(f"engine must be an AsyncEngine, not {type(engine).__name__}")
             key = ("engine", id(engine), _frozen(options))
-            found = _shared_ledger(key, lambda: Ledger(engine=engine, **options))
-            if found.engine is not engine:  # pragma: no cover - an id is unique while its ledger lives
-                found = _shared[key] = Ledger(engine=engine, **options)
-            self.ledger = found
+            self._shared = _shared_ledger(key, engine, lambda: Ledger(engine=engine, **options))
+            self.ledger = self._shared.ledger
 
     @classmethod
     def from_url(
@@ -136,16 +144,20 @@ class LedgerSession(SessionABC):
         if not isinstance(rendered, str):
             raise TypeError(f"url must be a str or URL, not {type(url).__name__}")
         key = ("url", rendered, _frozen(options))
-        ledger = _shared_ledger(key, lambda: Ledger(rendered, **options))
-        return cls(session_id, ledger=ledger, session_settings=session_settings)
+        shared = _shared_ledger(key, rendered, lambda: Ledger(rendered, **options))
+        session = cls(session_id, ledger=shared.ledger, session_settings=session_settings)
+        session._shared = shared
+        return session
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.session_id!r}, {display(self.ledger.url)!r})"
 
     @property
     def engine(self) -> AsyncEngine:
-        """The ledger's SQLAlchemy engine (as ``SQLAlchemySession.engine``)."""
-        return self.ledger.engine
+        """The SQLAlchemy engine (as ``SQLAlchemySession.engine``): the one given as
+        ``engine=``, else the ledger's."""
+        source = None if self._shared is None else self._shared.source
+        return source if isinstance(source, AsyncEngine) else self.ledger.engine
 
     # -- the SDK's Session protocol ---------------------------------------------------
 
