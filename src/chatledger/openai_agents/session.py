@@ -190,7 +190,8 @@ class LedgerSession(SessionABC):
         texts = _encode(items)
         if not texts:
             return
-        await self.ledger.check_statement_size("items", *texts)
+        for index, text in enumerate(texts):  # one row each (executemany)
+            await self.ledger.check_statement_size(f"items[{index}]", text)
         # Fixed before the first attempt: a retry after a lost COMMIT looks them up.
         item_ids = [new_uuid7() for _ in texts]
         await _items.add(self.ledger, self.session_id, item_ids, texts)
