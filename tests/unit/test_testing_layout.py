@@ -8,7 +8,9 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["chatledger", "chatledger.zett", "chatledger.rein"])
+@pytest.mark.parametrize(
+    "module", ["chatledger", "chatledger.zett", "chatledger.rein", "chatledger.openai_agents"]
+)
 def test_library_imports_no_test_code(module: str) -> None:
     """The conformance suites are imported by test modules only: the library never loads
     them, nor pytest."""

@@ -8,6 +8,8 @@ and langgraph's checkpoint conformance package do):
   ``SessionStorage`` and the extras of its SQL store; the fixture is ``storage``.
 - :class:`ReinStoreContract` (``chatledger.testing.rein``): rein-agent's
   ``SessionStore``; the fixture is ``store``.
+- :class:`OpenAISessionContract` (``chatledger.testing.openai_agents``): the OpenAI
+  Agents SDK's ``Session``; the fixture is ``open_session`` (``session_id -> Session``).
 
 ::
 
@@ -22,7 +24,7 @@ and langgraph's checkpoint conformance package do):
                 yield opened
 
 The suites need pytest, pytest-asyncio (``asyncio_mode = "auto"``) and the
-framework's package (the ``zett`` / ``rein`` extra). Nothing here is imported by
+framework's package (the ``zett`` / ``rein`` / ``openai-agents`` extra). Nothing here is imported by
 ``chatledger`` itself: the library never loads pytest.
 """
 
@@ -41,6 +43,7 @@ import pytest
 CONTRACTS = {
     "ZettStorageContract": "chatledger.testing.zett",
     "ReinStoreContract": "chatledger.testing.rein",
+    "OpenAISessionContract": "chatledger.testing.openai_agents",
 }
 
 # pytest rewrites the asserts of test modules only; these modules' failures should

@@ -48,7 +48,24 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 def _configure_import(parser: argparse.ArgumentParser) -> None:
     add_dsn(parser)
     parser.add_argument(
-        "file", metavar="FILE", help="an export of chatledger export (.gz too); - reads stdin"
+        "file", metavar="FILE", nargs="?", help="an export of chatledger export (.gz too); - reads stdin"
+    )
+    parser.add_argument(
+        "--openai-sdk",
+        metavar="DSN",
+        help="instead of FILE: the database the OpenAI Agents SDK's SQLAlchemySession or SQLiteSession "
+        "wrote (its agent_sessions/agent_messages tables), never chatledger's own",
+    )
+    parser.add_argument(
+        "--messages-table", default="agent_messages", help="with --openai-sdk: its message table"
+    )
+    parser.add_argument(
+        "--sessions-table", default="agent_sessions", help="with --openai-sdk: its session table"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --openai-sdk: count what would be imported; write nothing",
     )
 
 
@@ -81,10 +98,35 @@ def _import_summary(console: Console, report: Any, verb: str = "imported") -> in
 
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
+    if (args.file is None) == (args.openai_sdk is None):
+        raise ValueError("give FILE or --openai-sdk DSN (one of them)")
+    if args.openai_sdk is not None:
+        return await _import_openai(args, console)
     from ..transfer import import_file
 
     report = await import_file(args.dsn, args.file, console=console, say=lambda line: say(console, line))
     return _import_summary(console, report)
+
+
+async def _import_openai(args: argparse.Namespace, console: Console) -> int:
+    from ..openai_import import import_openai_sdk
+
+    args.dsn = [args.openai_sdk, args.dsn]  # both, for run() to mask their passwords
+    report = await import_openai_sdk(
+        args.openai_sdk,
+        args.dsn[1],
+        sessions_table=args.sessions_table,
+        messages_table=args.messages_table,
+        dry_run=args.dry_run,
+    )
+    verb = "would import" if report.dry_run else "imported"
+    say(
+        console,
+        f"{verb} {counted(report.imported, 'OpenAI Agents session')} ({counted(report.items, 'item')}); "
+        f"{report.identical:,} already there and identical, skipped; {report.differing:,} differing, "
+        f"left alone; {counted(report.corrupt, 'source row')} not JSON, skipped",
+    )
+    return 0 if report.clean else 1
 
 
 def _configure_copy(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,283 @@
+"""The statements of an OpenAI Agents session: add, read, pop and clear, each one
+transaction of the ledger (``openai_sessions`` is the counter row, ``openai_items`` the
+items; see :mod:`chatledger.schema`).
+
+Every write locks the session's counter row first (its ``UPDATE``), so the writes of
+one session are serialized by the database, whichever process makes them: an add's
+range of sequences is gap-free, and two pops never retract the same item.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .. import clock, telemetry
+from ..engine import Ledger
+from ..errors import ConstraintViolation
+from ..schema import openai_items_table as _items
+from ..schema import openai_sessions_table as _sessions
+
+#: Largest ``LIMIT`` bound: a BIGINT (the SDK's compaction asks for 2**31 - 1 items).
+_MAX_LIMIT = 2**63 - 1
+#: Times an add is made again after a concurrent first add created the counter row.
+_FIRST_ADD_RACES = 3
+
+_live = _items.c.retracted_at.is_(None)
+#: A session whose items clear_session erased, until the next add.
+_cleared = _sessions.c.deleted_at.is_not(None)
+_of_session = _items.c.session_id
+
+
+def decode(session_id: str, sequence: int, item_json: str) -> Any:
+    """One stored item; a row that is not JSON is named, never skipped silently."""
+    try:
+        return json.loads(item_json)
+    except ValueError as error:
+        raise ValueError(
+            f"OpenAI Agents session {session_id!r}: item {sequence} is stored as invalid JSON: {error}"
+        ) from None
+
+
+async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[str]) -> None:
+    """Append ``texts`` (one item's JSON each, ids ``item_ids`` fixed by the caller before
+    the first attempt) as one gap-free range of sequences, in one transaction.
+
+    A lost COMMIT is settled by the first item's id; an add overtaken by a
+    ``clear_session`` (the session's generation moved on since the attempt) settles as
+    done: it happened before the clear, which erased it.
+    """
+    count = len(texts)
+    latest = ledger.backend.latest
+    attempted: list[int] = []  # the generation the last attempt wrote into
+
+    async def work(conn: AsyncConnection) -> bool:
+        attempted.clear()
+        now = clock.utc_now()
+        # Lock the counter row and take the range; a cleared session starts its next
+        # generation here (created_at before deleted_at: MySQL assigns left to right).
+        moved = await conn.execute(
+            update(_sessions)
+            .where(_sessions.c.id == session_id)
+            .ordered_values(
+                (
+                    _sessions.c.created_at,
+                    case((_sessions.c.deleted_at.is_not(None), now), else_=_sessions.c.created_at),
+                ),
+                (_sessions.c.last_sequence, _sessions.c.last_sequence + count),
+                (_sessions.c.updated_at, latest(_sessions.c.updated_at, now)),
+                (_sessions.c.deleted_at, None),
+            )
+        )
+        if moved.rowcount == 0:
+            # The first add: a concurrent one inserts the row too and one of the two
+            # fails on the key, which add_items then makes again (see below).
+            await conn.execute(
+                insert(_sessions).values(id=session_id, last_sequence=count, created_at=now, updated_at=now)
+            )
+        row = (
+            await conn.execute(
+                select(_sessions.c.last_sequence, _sessions.c.generation).where(_sessions.c.id == session_id)
+            )
+        ).one()
+        first = row.last_sequence - count + 1
+        await conn.execute(
+            insert(_items),
+            [
+                {
+                    "session_id": session_id,
+                    "sequence": first + offset,
+                    "item_id": item_id,
+                    "item_json": text,
+                    "created_at": now,
+                }
+                for offset, (item_id, text) in enumerate(zip(item_ids, texts, strict=True))
+            ],
+        )
+        attempted[:] = [row.generation]  # set last: only an attempt that reached its COMMIT
+        return True
+
+    async def settle(conn: AsyncConnection) -> bool | None:
+        found = await conn.scalar(
+            select(_items.c.sequence).where(
+                _items.c.session_id == session_id, _items.c.item_id == item_ids[0]
+            )
+        )
+        if found is not None:
+            return True
+        generation = await conn.scalar(select(_sessions.c.generation).where(_sessions.c.id == session_id))
+        if attempted and generation is not None and generation > attempted[0]:
+            return True
+        return None
+
+    with telemetry.operation(ledger, "openai", "add_items", session_id) as span:
+        span.set("chatledger.items", count)
+        await _first_add_retried(lambda: ledger.write(work, settle=settle, write_id=item_ids[0]))
+
+
+async def _first_add_retried(call: Callable[[], Awaitable[bool]]) -> None:
+    """``call`` made again when it lost the race to create the counter row: the row
+    exists then, and the next attempt takes the ``UPDATE`` path (same item ids, so a
+    write that was committed is settled, not repeated)."""
+    for attempt in range(_FIRST_ADD_RACES):
+        try:
+            await call()
+            return
+        except ConstraintViolation:
+            if attempt == _FIRST_ADD_RACES - 1:
+                raise
+
+
+async def read(ledger: Ledger, session_id: str, limit: int | None) -> list[Any]:
+    """The live items in sequence order: all, or the newest ``limit`` (read newest first
+    through ``ix_openai_items_live``, so the cost is O(limit))."""
+    if limit is not None and limit <= 0:
+        return []
+    statement = select(_items.c.sequence, _items.c.item_json).where(_items.c.session_id == session_id, _live)
+    if limit is None:
+        statement = statement.order_by(_items.c.sequence)
+    else:
+        statement = statement.order_by(_items.c.sequence.desc()).limit(min(limit, _MAX_LIMIT))
+
+    async def work(conn: AsyncConnection) -> list[tuple[int, str]]:
+        return [(row.sequence, row.item_json) for row in await conn.execute(statement)]
+
+    with telemetry.operation(ledger, "openai", "get_items", session_id) as span:
+        rows = await ledger.read(work)
+        span.set("db.response.returned_rows", len(rows))
+    if limit is not None:
+        rows.reverse()
+    return [decode(session_id, sequence, item_json) for sequence, item_json in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class _Popped:
+    """What a pop did: the item it retracted (``None``: the session was empty)."""
+
+    item: Any
+
+
+async def pop(ledger: Ledger, session_id: str) -> Any:
+    """Retract the newest live item and return it (``None`` when there is none).
+
+    The retraction keeps the row and its sequence (never reused). Exactly once across a
+    lost COMMIT: the settle looks for this attempt's retraction (the item's sequence and
+    the instant it was retracted at, to the microsecond); an item erased by a clear since
+    was popped before it.
+    """
+    latest = ledger.backend.latest
+    attempted: list[tuple[int, Any, Any]] = []  # sequence, retracted_at, item
+
+    async def work(conn: AsyncConnection) -> _Popped:
+        attempted.clear()
+        now = clock.utc_now()
+        # The counter row's lock serializes the session's pops and adds.
+        locked = await conn.execute(
+            update(_sessions)
+            .where(_sessions.c.id == session_id, _sessions.c.deleted_at.is_(None))
+            .values(updated_at=latest(_sessions.c.updated_at, now))
+        )
+        if locked.rowcount == 0:
+            return _Popped(None)
+        newest = (
+            await conn.execute(
+                select(_items.c.sequence, _items.c.item_json)
+                .where(_items.c.session_id == session_id, _live)
+                .order_by(_items.c.sequence.desc())
+                .limit(1)
+                .with_for_update()
+            )
+        ).one_or_none()
+        if newest is None:
+            return _Popped(None)
+        item = decode(session_id, newest.sequence, newest.item_json)
+        retracted = await conn.execute(
+            update(_items)
+            .where(_items.c.session_id == session_id, _items.c.sequence == newest.sequence, _live)
+            .values(retracted_at=now)
+        )
+        if retracted.rowcount != 1:  # pragma: no cover - the counter row's lock rules it out
+            raise RuntimeError(f"item {newest.sequence} of {session_id!r} was retracted under the lock")
+        attempted[:] = [(newest.sequence, now, item)]
+        return _Popped(item)
+
+    async def settle(conn: AsyncConnection) -> _Popped | None:
+        if not attempted:
+            return None
+        sequence, at, item = attempted[0]
+        row = (
+            await conn.execute(
+                select(_items.c.retracted_at).where(
+                    _items.c.session_id == session_id, _items.c.sequence == sequence
+                )
+            )
+        ).one_or_none()
+        if row is None or row.retracted_at == at:
+            return _Popped(item)
+        return None
+
+    with telemetry.operation(ledger, "openai", "pop_item", session_id) as span:
+        popped = await ledger.write(work, settle=settle)
+        span.set("chatledger.popped", popped.item is not None)
+        return popped.item
+
+
+async def clear(ledger: Ledger, session_id: str) -> None:
+    """Erase the session's items and start its next generation: the counter row stays
+    (``deleted_at`` set, ``base_sequence`` at the last sequence), so no sequence is ever
+    used twice and an add whose COMMIT was lost before the clear is not made again."""
+    latest = ledger.backend.latest
+    # The generation the last attempt made (0: it had nothing to clear), once it
+    # reached its COMMIT.
+    attempted: list[int] = []
+
+    async def work(conn: AsyncConnection) -> bool:
+        attempted.clear()
+        now = clock.utc_now()
+        cleared = await conn.execute(
+            update(_sessions)
+            .where(_sessions.c.id == session_id, _sessions.c.deleted_at.is_(None))
+            .values(
+                generation=_sessions.c.generation + 1,
+                base_sequence=_sessions.c.last_sequence,
+                deleted_at=now,
+                updated_at=latest(_sessions.c.updated_at, now),
+            )
+        )
+        if cleared.rowcount == 0:  # never added to, or cleared already: nothing to erase
+            attempted[:] = [0]
+            return True
+        generation = (
+            await conn.execute(select(_sessions.c.generation).where(_sessions.c.id == session_id))
+        ).scalar_one()
+        await conn.execute(delete(_items).where(_items.c.session_id == session_id))
+        attempted[:] = [generation]
+        return True
+
+    async def settle(conn: AsyncConnection) -> bool | None:
+        if not attempted:
+            return None  # the attempt failed before its COMMIT
+        if attempted[0] == 0:
+            return True  # it had nothing to clear: done either way
+        generation = await conn.scalar(select(_sessions.c.generation).where(_sessions.c.id == session_id))
+        return True if generation is not None and generation >= attempted[0] else None
+
+    with telemetry.operation(ledger, "openai", "clear_session", session_id):
+        await ledger.write(work, settle=settle)
+
+
+async def count_live(ledger: Ledger, session_id: str) -> int:
+    """How many live items the session has (for tools and tests)."""
+
+    async def work(conn: AsyncConnection) -> int:
+        found = await conn.scalar(
+            select(func.count()).select_from(_items).where(_items.c.session_id == session_id, _live)
+        )
+        return int(found or 0)
+
+    return await ledger.read(work)

@@ -1,0 +1,172 @@
+"""chatledger's OpenAI Agents SDK session (:mod:`chatledger.openai_agents`) on every target:
+the conformance suite (:mod:`chatledger.testing.openai_agents`), its own guarantees
+(sequences, retractions, generations, settling a lost COMMIT) and 8 processes adding
+to one session."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import pytest
+from agents.memory import Session
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from chatledger.engine import Ledger
+from chatledger.openai_agents import LedgerSession
+from chatledger.schema import openai_items_table as items
+from chatledger.schema import openai_sessions_table as sessions
+from chatledger.testing import OpenAISessionContract
+
+from .conftest import Database
+from .support.race_workers import add_openai_items
+
+PROCESSES = 8
+
+
+@pytest.fixture
+async def ledger(database: Database) -> AsyncIterator[Ledger]:
+    opened = Ledger(database.url)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def open_session(ledger: Ledger) -> Callable[[str], Session]:
+    return lambda session_id: LedgerSession(session_id, ledger=ledger)
+
+
+@pytest.fixture
+def session_id() -> str:
+    return f"openai-{uuid.uuid4()}"
+
+
+class TestOpenAIContract(OpenAISessionContract):
+    """The conformance suite on chatledger's session, on every target (``open_session`` above)."""
+
+
+async def rows(ledger: Ledger, session_id: str) -> list[tuple[int, bool]]:
+    """(sequence, retracted) of every stored row of the session."""
+
+    async def work(conn: Any) -> list[tuple[int, bool]]:
+        found = await conn.execute(
+            select(items.c.sequence, items.c.retracted_at.is_not(None))
+            .where(items.c.session_id == session_id)
+            .order_by(items.c.sequence)
+        )
+        return [(row[0], bool(row[1])) for row in found]
+
+    return await ledger.read(work)
+
+
+async def counter(ledger: Ledger, session_id: str) -> Any:
+    async def work(conn: Any) -> Any:
+        statement = select(sessions.c.last_sequence, sessions.c.generation, sessions.c.base_sequence)
+        return (await conn.execute(statement.where(sessions.c.id == session_id))).one()
+
+    return await ledger.read(work)
+
+
+async def test_a_pop_retracts_and_no_sequence_is_reused(ledger: Ledger, session_id: str) -> None:
+    session = LedgerSession(session_id, ledger=ledger)
+    await session.add_items([{"role": "user", "content": f"m{n}"} for n in range(3)])
+    assert await session.pop_item() == {"role": "user", "content": "m2"}
+    await session.add_items([{"role": "user", "content": "m3"}])
+    assert await rows(ledger, session_id) == [(1, False), (2, False), (3, True), (4, False)]
+
+
+async def test_a_clear_starts_a_generation_numbered_on(ledger: Ledger, session_id: str) -> None:
+    session = LedgerSession(session_id, ledger=ledger)
+    await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    await session.clear_session()
+    assert tuple(await counter(ledger, session_id)) == (2, 2, 2)
+    assert await rows(ledger, session_id) == []
+    await session.add_items([{"role": "user", "content": "c"}])
+    assert await rows(ledger, session_id) == [(3, False)]
+    assert await session.get_items() == [{"role": "user", "content": "c"}]
+
+
+async def test_sessions_of_one_engine_share_a_ledger(database: Database) -> None:
+    engine = create_async_engine(database.url)
+    try:
+        one, two = LedgerSession("a", engine=engine), LedgerSession("b", engine=engine)
+        assert one.ledger is two.ledger and one.engine is engine
+        await one.add_items([{"role": "user", "content": "x"}])
+        assert await two.get_items() == []
+    finally:
+        await engine.dispose()
+
+
+def test_bad_input_is_refused_before_any_write(ledger: Ledger) -> None:
+    with pytest.raises(ValueError, match="session_id cannot be empty"):
+        LedgerSession(" ", ledger=ledger)
+    with pytest.raises(TypeError, match="session_id must be a str"):
+        LedgerSession(7, ledger=ledger)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exactly one of engine= and ledger="):
+        LedgerSession("x")
+    with pytest.raises(TypeError, match="session_settings must be"):
+        LedgerSession("x", ledger=ledger, session_settings=3)  # type: ignore[arg-type]
+
+
+async def test_bad_items_are_refused_before_any_write(ledger: Ledger, session_id: str) -> None:
+    session = LedgerSession(session_id, ledger=ledger)
+    with pytest.raises(TypeError, match=r"items must be a list"):
+        await session.add_items({"role": "user"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"items\[1\] must be a dict"):
+        await session.add_items([{"role": "user"}, "text"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"items\[0\] must be JSON serializable"):
+        await session.add_items([{"n": float("nan")}])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="limit must be an int"):
+        await session.get_items("3")  # type: ignore[arg-type]
+    assert await rows(ledger, session_id) == []
+
+
+async def test_a_lost_commit_is_settled_once(ledger: Ledger, session_id: str) -> None:
+    """The add's COMMIT succeeds but its answer is lost: the retry's settle finds the
+    items by their ids and the add is not made twice."""
+    session = LedgerSession(session_id, ledger=ledger)
+    original = ledger.transactions._attempt
+    lost = []
+
+    async def attempt(work: Any, *, write: bool, options: Any = None) -> Any:
+        result = await original(work, write=write, options=options)
+        if write and not lost:
+            lost.append(True)
+            from chatledger.transactions import _Retry
+
+            raise _Retry(ConnectionResetError("answer lost"), None, ambiguous=True)
+        return result
+
+    ledger.transactions._attempt = attempt  # type: ignore[method-assign]
+    try:
+        await session.add_items([{"role": "user", "content": "once"}])
+    finally:
+        ledger.transactions._attempt = original  # type: ignore[method-assign]
+    assert lost and await session.get_items() == [{"role": "user", "content": "once"}]
+    assert await rows(ledger, session_id) == [(1, False)]
+
+
+async def test_processes_add_to_one_session(database: Database, session_id: str, ledger: Ledger) -> None:
+    adds = 15
+    dsn = database.url.render_as_string(hide_password=False)
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(max_workers=PROCESSES, mp_context=context) as pool:
+        start = manager.Barrier(PROCESSES, timeout=120)
+        futures = [
+            asyncio.wrap_future(pool.submit(add_openai_items, dsn, session_id, worker, adds, start))
+            for worker in range(PROCESSES)
+        ]
+        errors = [error for found in await asyncio.wait_for(asyncio.gather(*futures), 300) for error in found]
+    assert errors == []
+    total = PROCESSES * adds * 2
+    assert await rows(ledger, session_id) == [(sequence, False) for sequence in range(1, total + 1)]
+    stored = [item["content"] for item in await LedgerSession(session_id, ledger=ledger).get_items()]
+    assert len(set(stored)) == total
+    for start_at in range(0, total, 2):  # each add's two items are adjacent, in order
+        worker, n, _ = stored[start_at].split("-")
+        assert stored[start_at : start_at + 2] == [f"{worker}-{n}-0", f"{worker}-{n}-1"]
