@@ -27,3 +27,45 @@ def snapshot_at(dsn: str, session_id: str, boundary: int, start: Barrier) -> str
     """Call ``snapshot`` with expected_version 0 once every party has reached ``start``
     (a manager's barrier): "ok" or "conflict"."""
     return asyncio.run(_snapshot_at(dsn, session_id, boundary, start))
+
+
+async def _append_adk_events(
+    dsn: str, session_id: str, worker: int, count: int, start: Barrier
+) -> tuple[int, int]:
+    from google.adk.errors import StaleSessionError
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
+    from chatledger.adk import LedgerSessionService
+    from chatledger.testing.adk import event
+
+    async with LedgerSessionService(dsn) as service:
+        await service.ledger.ensure_ready()
+        session = await service.get_session(app_name="race", user_id="u", session_id=session_id)
+        assert session is not None
+        await asyncio.to_thread(start.wait)
+        stale = 0
+        for index in range(count):
+            item = event(f"{worker}:{index}", {f"user:w{worker}": index})
+            while True:
+                try:
+                    await service.append_event(session, item)
+                    break
+                except StaleSessionError:
+                    # ADK's contract: reload, then append again (the event, its id kept).
+                    stale += 1
+                    reloaded = await service.get_session(
+                        app_name="race",
+                        user_id="u",
+                        session_id=session_id,
+                        config=GetSessionConfig(num_recent_events=0),
+                    )
+                    assert reloaded is not None
+                    session = reloaded
+        return count, stale
+
+
+def append_adk_events(dsn: str, session_id: str, worker: int, count: int, start: Barrier) -> tuple[int, int]:
+    """Append ``count`` events ("<worker>:<index>", each setting ``user:w<worker>``) to
+    the ADK session ``session_id`` of app "race", user "u", reloading on a stale
+    refusal, once every party reached ``start``: (appended, stale refusals)."""
+    return asyncio.run(_append_adk_events(dsn, session_id, worker, count, start))

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["chatledger", "chatledger.zett", "chatledger.rein"])
+@pytest.mark.parametrize("module", ["chatledger", "chatledger.zett", "chatledger.rein", "chatledger.adk"])
 def test_library_imports_no_test_code(module: str) -> None:
     """The conformance suites are imported by test modules only: the library never loads
     them, nor pytest."""

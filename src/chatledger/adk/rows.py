@@ -54,7 +54,9 @@ class Key:
 
     def session(self) -> ColumnElement[bool]:
         return and_(
-            _sessions.c.app_name == self.app_name, _sessions.c.user_id == self.user_id, _sessions.c.id == self.id
+            _sessions.c.app_name == self.app_name,
+            _sessions.c.user_id == self.user_id,
+            _sessions.c.id == self.id,
         )
 
     def events(self) -> ColumnElement[bool]:
@@ -102,10 +104,18 @@ class Listed:
     updated_at: datetime
 
 
-def _decode(text: str, what: str) -> dict[str, Any]:
+def _decode(text: object, what: str) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise ValueError(f"{what} holds no JSON text")
     value = json.loads(text)
     if not isinstance(value, dict):
         raise ValueError(f"{what} is stored as JSON that is not an object")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise ValueError(f"expected a stored integer, not {value!r}")
     return value
 
 
@@ -141,7 +151,9 @@ async def _merge_shared(
         return
     where, key = _scope(table, app_name, user_id)
     while True:
-        bumped = await conn.execute(update(table).where(where).values(version=table.c.version + 1, updated_at=now))
+        bumped = await conn.execute(
+            update(table).where(where).values(version=table.c.version + 1, updated_at=now)
+        )
         if bumped.rowcount == 1:
             break
         try:
@@ -159,7 +171,9 @@ async def _merge_shared(
     await conn.execute(update(table).where(where).values(state_json=validate.json_text(stored, "state")))
 
 
-async def _shared(conn: AsyncConnection, app_name: str, user_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+async def _shared(
+    conn: AsyncConnection, app_name: str, user_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     app = await conn.scalar(select(_apps.c.state_json).where(_apps.c.app_name == app_name))
     user = await conn.scalar(
         select(_users.c.state_json).where(_users.c.app_name == app_name, _users.c.user_id == user_id)
@@ -198,7 +212,7 @@ async def create(ledger: Ledger, key: Key, deltas: Deltas) -> Head:
     async def head(conn: AsyncConnection) -> Head:
         last = await conn.scalar(select(_sessions.c.last_sequence).where(key.session()))
         app, user = await _shared(conn, key.app_name, key.user_id)
-        return Head(int(last), merged(app, user, deltas.session), stamp)
+        return Head(_int(last), merged(app, user, deltas.session), stamp)
 
     async def work(conn: AsyncConnection) -> Head:
         current = (await conn.execute(select(_live.label("live")).where(key.session()))).one_or_none()
@@ -250,12 +264,14 @@ async def _expected(conn: AsyncConnection, key: Key, seen: int | None, last_even
         base = await conn.scalar(select(_sessions.c.base_sequence).where(key.session(), _live))
         if base is None:
             await _refuse(conn, key)
-        return int(base)
-    found = await conn.scalar(select(_events.c.sequence).where(key.events(), _events.c.event_id == last_event_id))
+        return _int(base)
+    found = await conn.scalar(
+        select(_events.c.sequence).where(key.events(), _events.c.event_id == last_event_id)
+    )
     if found is None:
         await _refuse(conn, key)
         raise StaleSessionError(STALE_MESSAGE)
-    return int(found)
+    return _int(found)
 
 
 async def append(
@@ -280,9 +296,12 @@ async def append(
     """
     session_delta = validate.json_text(deltas.session, "state_delta")
     await ledger.check_statement_size(
-        "event", event_json, session_delta, validate.json_text(deltas.app, "state_delta"),
+        "event",
+        event_json,
+        session_delta,
+        validate.json_text(deltas.app, "state_delta"),
         validate.json_text(deltas.user, "state_delta"),
-    )  # fmt: skip
+    )
     latest = ledger.backend.latest
 
     async def work(conn: AsyncConnection) -> tuple[int, datetime]:
@@ -291,19 +310,26 @@ async def append(
         moved = await conn.execute(
             update(_sessions)
             .where(key.session(), _live, _sessions.c.last_sequence == expected)
-            .values(last_sequence=_sessions.c.last_sequence + 1, updated_at=latest(_sessions.c.updated_at, now))
+            .values(
+                last_sequence=_sessions.c.last_sequence + 1, updated_at=latest(_sessions.c.updated_at, now)
+            )
         )
         if moved.rowcount != 1:
             await _refuse(conn, key)
         sequence = expected + 1
         if deltas.session:
             # Under the lock the counter update took: no other writer is between.
-            stored = _decode(await conn.scalar(select(_sessions.c.state_json).where(key.session())), "adk_sessions")
+            stored = _decode(
+                await conn.scalar(select(_sessions.c.state_json).where(key.session())), "adk_sessions"
+            )
             stored.update(deltas.session)
             await conn.execute(
                 update(_sessions)
                 .where(key.session())
-                .values(state_json=validate.json_text(stored, "state"), state_version=_sessions.c.state_version + 1)
+                .values(
+                    state_json=validate.json_text(stored, "state"),
+                    state_version=_sessions.c.state_version + 1,
+                )
             )
         await _merge_shared(conn, _apps, key.app_name, key.user_id, deltas.app, now)
         await _merge_shared(conn, _users, key.app_name, key.user_id, deltas.user, now)
@@ -320,12 +346,14 @@ async def append(
             )
         )
         updated = await conn.scalar(select(_sessions.c.updated_at).where(key.session()))
-        return sequence, updated
+        return sequence, updated if isinstance(updated, datetime) else now
 
     async def settle(conn: AsyncConnection) -> tuple[int, datetime] | None:
         row = (
             await conn.execute(
-                select(_events.c.sequence, _events.c.created_at).where(key.events(), _events.c.event_id == event_id)
+                select(_events.c.sequence, _events.c.created_at).where(
+                    key.events(), _events.c.event_id == event_id
+                )
             )
         ).one_or_none()
         return None if row is None else (int(row.sequence), row.created_at)
@@ -344,17 +372,25 @@ async def load(ledger: Ledger, key: Key, recent: int | None, after: float | None
     async def work(conn: AsyncConnection) -> Loaded | None:
         row = (
             await conn.execute(
-                select(_sessions.c.last_sequence, _sessions.c.base_sequence, _sessions.c.state_json, _sessions.c.updated_at)
-                .where(key.session(), _live)
+                select(
+                    _sessions.c.last_sequence,
+                    _sessions.c.base_sequence,
+                    _sessions.c.state_json,
+                    _sessions.c.updated_at,
+                ).where(key.session(), _live)
             )
-        ).one_or_none()  # fmt: skip
+        ).one_or_none()
         if row is None:
             return None
         events: Sequence[str] = []
         if recent != 0:
             query = (
                 select(_events.c.event_json)
-                .where(key.events(), _events.c.sequence > row.base_sequence, _events.c.sequence <= row.last_sequence)
+                .where(
+                    key.events(),
+                    _events.c.sequence > row.base_sequence,
+                    _events.c.sequence <= row.last_sequence,
+                )
                 .order_by(_events.c.sequence.desc())
             )
             if after is not None:
@@ -382,9 +418,12 @@ async def list_page(
 
     async def work(conn: AsyncConnection) -> list[Listed]:
         query = select(
-            _sessions.c.user_id, _sessions.c.id, _sessions.c.last_sequence, _sessions.c.state_json,
+            _sessions.c.user_id,
+            _sessions.c.id,
+            _sessions.c.last_sequence,
+            _sessions.c.state_json,
             _sessions.c.updated_at,
-        ).where(_sessions.c.app_name == app_name, _live)  # fmt: skip
+        ).where(_sessions.c.app_name == app_name, _live)
         if user_id is not None:
             query = query.where(_sessions.c.user_id == user_id)
         if limit is None:
@@ -454,7 +493,9 @@ async def delete_session(ledger: Ledger, key: Key) -> bool:
         if gone.rowcount != 1:
             return False
         # A statement of its own: MySQL's SET sees the columns assigned before it.
-        await conn.execute(update(_sessions).where(key.session()).values(base_sequence=_sessions.c.last_sequence))
+        await conn.execute(
+            update(_sessions).where(key.session()).values(base_sequence=_sessions.c.last_sequence)
+        )
         await conn.execute(delete(_events).where(key.events()))
         return True
 

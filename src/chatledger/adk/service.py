@@ -10,7 +10,11 @@ from typing import Any
 
 from google.adk.events.event import Event
 from google.adk.sessions import _session_util
-from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig, ListSessionsResponse
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
 from google.adk.sessions.session import Session
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -62,7 +66,9 @@ def _seen(session: Session) -> int | None:
         return int(marker)
     except ValueError:
         # A marker another service set (ADK's timestamp marker): not this store's.
-        raise ValueError(f"session {session.id!r} was not read from this service; reload it from it") from None
+        raise ValueError(
+            f"session {session.id!r} was not read from this service; reload it from it"
+        ) from None
 
 
 def _encode_token(after: tuple[str, str]) -> str:
@@ -202,7 +208,11 @@ class LedgerSessionService(BaseSessionService):
         """
         app = validate.identifier(app_name, "app_name", limit=MAX_ADK_SCOPE_LENGTH)
         user = None if user_id is None else _scope(app, user_id)[1]
-        limit = None if page_size is None else validate.integer(page_size, "page_size", minimum=1, maximum=MAX_PAGE_SIZE)
+        limit = (
+            None
+            if page_size is None
+            else validate.integer(page_size, "page_size", minimum=1, maximum=MAX_PAGE_SIZE)
+        )
         if page_token is not None and limit is None:
             raise ValueError("page_token needs page_size")
         after = None if page_token is None else _decode_token(page_token)
@@ -214,7 +224,11 @@ class LedgerSessionService(BaseSessionService):
             found = found[:limit]
             token = _encode_token((found[-1].user_id, found[-1].id))
         sessions = [
-            self._session(Key(app, item.user_id, item.id), rows.Head(item.last_sequence, item.state, item.updated_at), [])
+            self._session(
+                Key(app, item.user_id, item.id),
+                rows.Head(item.last_sequence, item.state, item.updated_at),
+                [],
+            )
             for item in found
         ]
         return LedgerListSessionsResponse(sessions=sessions, next_page_token=token)
@@ -262,9 +276,15 @@ class LedgerSessionService(BaseSessionService):
         last = session.events[-1].id if session.events else None
         with telemetry.operation(self.ledger, "adk", "append_event", key.id) as span:
             sequence, updated = await rows.append(
-                self.ledger, key, seen, last, event_id, event.timestamp,
-                event.model_dump_json(exclude_none=True), deltas,
-            )  # fmt: skip
+                self.ledger,
+                key,
+                seen,
+                last,
+                event_id,
+                event.timestamp,
+                event.model_dump_json(exclude_none=True),
+                deltas,
+            )
             span.set("chatledger.sequence", sequence)
         # A settled repeat of an older event leaves the object's counter where it is.
         session._storage_update_marker = str(max(sequence, seen or 0))

@@ -8,6 +8,8 @@ and langgraph's checkpoint conformance package do):
   ``SessionStorage`` and the extras of its SQL store; the fixture is ``storage``.
 - :class:`ReinStoreContract` (``chatledger.testing.rein``): rein-agent's
   ``SessionStore``; the fixture is ``store``.
+- :class:`AdkSessionServiceContract` (``chatledger.testing.adk``): Google ADK's
+  ``BaseSessionService``; the fixture is ``service``.
 
 ::
 
@@ -22,7 +24,7 @@ and langgraph's checkpoint conformance package do):
                 yield opened
 
 The suites need pytest, pytest-asyncio (``asyncio_mode = "auto"``) and the
-framework's package (the ``zett`` / ``rein`` extra). Nothing here is imported by
+framework's package (the ``zett`` / ``rein`` / ``adk`` extra). Nothing here is imported by
 ``chatledger`` itself: the library never loads pytest.
 """
 
@@ -41,6 +43,7 @@ import pytest
 CONTRACTS = {
     "ZettStorageContract": "chatledger.testing.zett",
     "ReinStoreContract": "chatledger.testing.rein",
+    "AdkSessionServiceContract": "chatledger.testing.adk",
 }
 
 # pytest rewrites the asserts of test modules only; these modules' failures should
