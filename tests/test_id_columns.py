@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from rein import Session
-from sqlalchemy import Column, Integer, String, Table, Text, func, select
+from sqlalchemy import Column, Float, Integer, String, Table, Text, func, select
 from sqlalchemy.engine import URL, Connection
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
@@ -171,6 +171,8 @@ def filler(table: Table, column: Column[Any], value: str, n: int) -> dict[str, A
             row[each.name] = NOW
         elif isinstance(each.type, Integer):
             row[each.name] = n + 1
+        elif isinstance(each.type, Float):  # ADK's event timestamps
+            row[each.name] = n + 0.5
         elif isinstance(each.type, String):  # LongText among them
             row[each.name] = "{}"
         else:  # pragma: no cover - a new column type: say how to fill it

@@ -1,5 +1,6 @@
 """The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions,
-the rein write log and the high-water marks of purged tombstones.
+the rein write log, the high-water marks of purged tombstones, and the OpenAI Agents SDK's and
+Google ADK's sessions in tables of their own.
 
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
@@ -26,6 +27,11 @@ generation columns that make the store safe to share:
 ``high_water_marks`` keeps, for an id whose tombstone was purged, the last sequence
 and version it reached, keyed by a digest of the id (:mod:`chatledger.marks`).
 
+The OpenAI Agents SDK (``openai_*``) and Google ADK (``adk_*``) keep their own tables,
+so the same id in two frameworks never collides and zett's and rein's rows are never
+touched by them. Each has the same counter row rule: ``last_sequence`` is allocated in
+the transaction that inserts the items, never decreases and is never reused.
+
 Every identifier column (``id``, ``*_id``) is :class:`chatledger.types.Id`, compared
 byte for byte on every backend (``x``, ``x `` and ``X`` are three ids); only the
 display texts ``title``, ``agent_name`` and ``tool_name`` are plain strings
@@ -39,9 +45,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import CheckConstraint, Column, Index, Integer, MetaData, String, Table
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+)
 
-from .types import MAX_ROW_ID_LENGTH, BigInt, Id, LongText, UTCDateTime
+from .types import MAX_ADK_SCOPE_LENGTH, MAX_ROW_ID_LENGTH, BigInt, Id, LongText, UTCDateTime
 
 #: Constraint names are fixed so that migrations and ``alembic check`` agree on every backend.
 NAMING_CONVENTION = {
@@ -178,7 +194,8 @@ rein_writes_table = Table(
 high_water_marks_table = Table(
     "high_water_marks",
     metadata,
-    # Which store's id: 0 a zett session (agent_sessions), 1 a rein session.
+    # Which store's id: 0 a zett session (agent_sessions), 1 a rein session, 2 an OpenAI
+    # Agents session (openai_sessions), 3 an ADK session (adk_sessions).
     Column("store", Integer, primary_key=True),
     # SHA-256 of the id's UTF-8 bytes, in hex: the id itself is not kept.
     Column("id_digest", Id(64), primary_key=True),
@@ -187,5 +204,120 @@ high_water_marks_table = Table(
     # zett: the tombstone's fields_version; rein: the tombstone's version.
     Column("version", BigInt, nullable=False),
     Column("purged_at", UTCDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One OpenAI Agents SDK session: its sequence counter row and generation.
+openai_sessions_table = Table(
+    "openai_sessions",
+    metadata,
+    Column("id", Id(), primary_key=True),
+    # The last sequence allocated for the id, over all its generations.
+    Column("last_sequence", BigInt, nullable=False, server_default="0"),
+    # 1 for the first generation, +1 per clear_session: an add_items whose COMMIT was
+    # lost and that finds a later generation was overtaken by a clear, not lost.
+    Column("generation", BigInt, nullable=False, server_default="1"),
+    # The last sequence of the earlier generations (0 for the first).
+    Column("base_sequence", BigInt, nullable=False, server_default="0"),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # Set by clear_session (the items are erased), NULL again once the next add_items
+    # starts the new generation.
+    Column("deleted_at", UTCDateTime, nullable=True),
+    Index("ix_openai_sessions_activity", "deleted_at", "updated_at", "id"),
+    CheckConstraint("last_sequence >= base_sequence", name="base_within_log"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One OpenAI Agents SDK item (``TResponseInputItem``) as JSON text.
+openai_items_table = Table(
+    "openai_items",
+    metadata,
+    Column("session_id", Id(), nullable=False),
+    Column("sequence", BigInt, nullable=False),
+    # chatledger's id of the item (a UUIDv7 fixed before the add's first attempt), by
+    # which an add whose COMMIT was not acknowledged is settled.
+    Column("item_id", Id(MAX_ROW_ID_LENGTH), nullable=False),
+    Column("item_json", LongText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # The retraction: set by pop_item; the row and its sequence stay, never reused.
+    Column("retracted_at", UTCDateTime, nullable=True),
+    PrimaryKeyConstraint("session_id", "sequence"),
+    Index("ux_openai_items_item", "session_id", "item_id", unique=True),
+    # get_items(limit) and pop_item: the newest live items, WHERE session_id = ? AND
+    # retracted_at IS NULL ORDER BY sequence DESC LIMIT ?.
+    Index("ix_openai_items_live", "session_id", "retracted_at", "sequence"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One Google ADK session: counter row, session state and tombstone. ADK's key is
+#: (app_name, user_id, id); app and user are ADK's 128 characters, so every key fits
+#: MySQL's 3,072-byte index limit.
+adk_sessions_table = Table(
+    "adk_sessions",
+    metadata,
+    Column("app_name", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("user_id", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("id", Id(), nullable=False),
+    # The last event sequence allocated for the key, over all its generations; a stale
+    # Session object is one whose last sequence is behind it.
+    Column("last_sequence", BigInt, nullable=False, server_default="0"),
+    # The last sequence of the key's earlier generations (0 for the first).
+    Column("base_sequence", BigInt, nullable=False, server_default="0"),
+    # The session-scoped state (no app:/user:/temp: keys) as a JSON object.
+    Column("state_json", LongText, nullable=False),
+    Column("state_version", BigInt, nullable=False, server_default="1"),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("deleted_at", UTCDateTime, nullable=True),
+    # The primary key serves paged list_sessions: WHERE app_name = ? AND user_id = ?
+    # AND id > ? ORDER BY id.
+    PrimaryKeyConstraint("app_name", "user_id", "id"),
+    CheckConstraint("last_sequence >= base_sequence", name="base_within_log"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One Google ADK event as JSON text, in its session's raw log.
+adk_events_table = Table(
+    "adk_events",
+    metadata,
+    Column("app_name", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("user_id", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("session_id", Id(), nullable=False),
+    Column("sequence", BigInt, nullable=False),
+    # ADK's Event.id: settles an append whose COMMIT was not acknowledged.
+    Column("event_id", Id(), nullable=False),
+    # ADK's Event.timestamp (float seconds since the epoch), kept exactly as given.
+    Column("timestamp", Double, nullable=False),
+    Column("event_json", LongText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("app_name", "user_id", "session_id", "sequence"),
+    Index("ux_adk_events_event", "app_name", "user_id", "session_id", "event_id", unique=True),
+    # GetSessionConfig.after_timestamp.
+    Index("ix_adk_events_timestamp", "app_name", "user_id", "session_id", "timestamp"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: ADK's ``app:`` state of one app, with an optimistic version.
+adk_app_states_table = Table(
+    "adk_app_states",
+    metadata,
+    Column("app_name", Id(MAX_ADK_SCOPE_LENGTH), primary_key=True),
+    Column("state_json", LongText, nullable=False),
+    Column("version", BigInt, nullable=False, server_default="1"),
+    Column("updated_at", UTCDateTime, nullable=False),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: ADK's ``user:`` state of one user of an app, with an optimistic version.
+adk_user_states_table = Table(
+    "adk_user_states",
+    metadata,
+    Column("app_name", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("user_id", Id(MAX_ADK_SCOPE_LENGTH), nullable=False),
+    Column("state_json", LongText, nullable=False),
+    Column("version", BigInt, nullable=False, server_default="1"),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("app_name", "user_id"),
     **MYSQL_TABLE_ARGS,
 )

@@ -40,6 +40,10 @@ MAX_ID_LENGTH = 255
 #: ids chatledger makes are UUIDv7s; a caller-given ``message_id`` is held to it too).
 MAX_ROW_ID_LENGTH = 36
 
+#: Longest ADK ``app_name`` and ``user_id``, in characters (ADK's own limit): three ids
+#: of a key stay within MySQL's 3,072-byte index limit.
+MAX_ADK_SCOPE_LENGTH = 128
+
 #: Long text that holds a whole message; MySQL ``TEXT`` stops at 64 KiB.
 LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql")
 
