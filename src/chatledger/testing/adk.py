@@ -108,7 +108,7 @@ class AdkSessionServiceContract:
 
     async def test_equal_timestamps_keep_append_order(self, service: BaseSessionService, app: str) -> None:
         session = await service.create_session(app_name=app, user_id="u")
-        # Eight: a service that orders them otherwise is found out (but 1 in 8! by chance).
+        # Eight: a service ordering them by anything else matches by chance once in 8! runs.
         for index in range(8):
             await service.append_event(session, event(f"m{index}", timestamp=1_800_000_000.0))
         got = await service.get_session(app_name=app, user_id="u", session_id=session.id)
