@@ -38,10 +38,8 @@ HOLD = 0.5
 @pytest.fixture
 async def url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
     async with fresh_database(database, tmp_path, "purge_races") as fresh:
-        if database.backend == "postgresql" and database.server is not None:
-            await database.server.execute(
-                f"ALTER DATABASE {fresh.database} SET default_transaction_isolation TO 'repeatable read'"
-            )
+        if database.server is not None:
+            await database.server.default_to_repeatable_read(fresh.database)
         await upgrade_database(fresh)
         yield fresh
 

@@ -169,6 +169,15 @@ class Server:
         if self.backend == "postgresql" and serializable_postgres():
             await self.execute(f"ALTER DATABASE {name} SET default_transaction_isolation TO 'serializable'")
 
+    async def default_to_repeatable_read(self, name: str) -> None:
+        """On PostgreSQL, make the database ``name`` REPEATABLE READ by default (one
+        snapshot per transaction, which a write taken before another's COMMIT keeps);
+        elsewhere nothing."""
+        if self.backend == "postgresql":
+            await self.execute(
+                f"ALTER DATABASE {name} SET default_transaction_isolation TO 'repeatable read'"
+            )
+
     async def version(self) -> str:
         """The server's version string, e.g. ``17.6 (Debian 17.6-1)`` or ``11.8.3-MariaDB-1``."""
         engine = create_async_engine(self.admin_url, poolclass=NullPool)

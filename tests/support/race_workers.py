@@ -53,3 +53,45 @@ def add_openai_items(dsn: str, session_id: str, worker: int, adds: int, start: B
     """Add ``adds`` batches of two items to one OpenAI Agents session once every party
     has reached ``start``; the errors met (none expected)."""
     return asyncio.run(_add_openai_items(dsn, session_id, worker, adds, start))
+
+
+async def _append_adk_events(
+    dsn: str, session_id: str, worker: int, count: int, start: Barrier
+) -> tuple[int, int]:
+    from google.adk.errors import StaleSessionError
+    from google.adk.sessions.base_session_service import GetSessionConfig
+
+    from chatledger.adk import LedgerSessionService
+    from chatledger.testing.adk import event
+
+    async with LedgerSessionService(dsn) as service:
+        await service.ledger.ensure_ready()
+        session = await service.get_session(app_name="race", user_id="u", session_id=session_id)
+        assert session is not None
+        await asyncio.to_thread(start.wait)
+        stale = 0
+        for index in range(count):
+            item = event(f"{worker}:{index}", {f"user:w{worker}": index})
+            while True:
+                try:
+                    await service.append_event(session, item)
+                    break
+                except StaleSessionError:
+                    # ADK's contract: reload, then append again (the event, its id kept).
+                    stale += 1
+                    reloaded = await service.get_session(
+                        app_name="race",
+                        user_id="u",
+                        session_id=session_id,
+                        config=GetSessionConfig(num_recent_events=0),
+                    )
+                    assert reloaded is not None
+                    session = reloaded
+        return count, stale
+
+
+def append_adk_events(dsn: str, session_id: str, worker: int, count: int, start: Barrier) -> tuple[int, int]:
+    """Append ``count`` events ("<worker>:<index>", each setting ``user:w<worker>``) to
+    the ADK session ``session_id`` of app "race", user "u", reloading on a stale
+    refusal, once every party reached ``start``: (appended, stale refusals)."""
+    return asyncio.run(_append_adk_events(dsn, session_id, worker, count, start))

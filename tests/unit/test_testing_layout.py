@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["chatledger", "chatledger.zett", "chatledger.rein", "chatledger.openai_agents"]
+    "module",
+    ["chatledger", "chatledger.zett", "chatledger.rein", "chatledger.openai_agents", "chatledger.adk"],
 )
 def test_library_imports_no_test_code(module: str) -> None:
     """The conformance suites are imported by test modules only: the library never loads

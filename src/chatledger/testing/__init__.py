@@ -10,6 +10,8 @@ and langgraph's checkpoint conformance package do):
   ``SessionStore``; the fixture is ``store``.
 - :class:`OpenAISessionContract` (``chatledger.testing.openai_agents``): the OpenAI
   Agents SDK's ``Session``; the fixture is ``open_session`` (``session_id -> Session``).
+- :class:`AdkSessionServiceContract` (``chatledger.testing.adk``): Google ADK's
+  ``BaseSessionService``; the fixture is ``service``.
 
 ::
 
@@ -24,7 +26,8 @@ and langgraph's checkpoint conformance package do):
                 yield opened
 
 The suites need pytest, pytest-asyncio (``asyncio_mode = "auto"``) and the
-framework's package (the ``zett`` / ``rein`` / ``openai-agents`` extra). Nothing here is imported by
+framework's package (the ``zett`` / ``rein`` / ``openai-agents`` / ``adk`` extra). Nothing
+here is imported by
 ``chatledger`` itself: the library never loads pytest.
 """
 
@@ -44,6 +47,7 @@ CONTRACTS = {
     "ZettStorageContract": "chatledger.testing.zett",
     "ReinStoreContract": "chatledger.testing.rein",
     "OpenAISessionContract": "chatledger.testing.openai_agents",
+    "AdkSessionServiceContract": "chatledger.testing.adk",
 }
 
 # pytest rewrites the asserts of test modules only; these modules' failures should
