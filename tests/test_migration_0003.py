@@ -161,7 +161,7 @@ async def test_upgrade_keeps_every_row_byte_exact(database: Database, fresh_url:
             ("session_snapshots", "id", 144),
             ("rein_sessions", "write_id", 144),
             ("rein_writes", "write_id", 144),  # revision 0004's, created so
-            ("openai_items", "item_id", 144),  # revision 0007's, created so
+            ("openai_items", "item_id", 144),  # revision 0006's, created so
         }
 
     async with LedgerSessionStorage(fresh_url) as storage:

@@ -19,6 +19,17 @@ def test_sqlite_has_no_replicas() -> None:
         LedgerSessionStorage("sqlite:///chat.sqlite3", read_dsn="sqlite:///other.sqlite3")
 
 
+def test_the_framework_adapters_refuse_read_dsn() -> None:
+    """The OpenAI Agents session and the ADK service read on the primary only (docs/dsn.md)."""
+    from chatledger.adk import LedgerSessionService
+    from chatledger.openai_agents import LedgerSession
+
+    with pytest.raises(ValueError, match="LedgerSession reads on the primary only"):
+        LedgerSession.from_url("s", url=PG, read_dsn=PG)
+    with pytest.raises(ValueError, match="LedgerSessionService reads on the primary only"):
+        LedgerSessionService(PG, read_dsn=PG)
+
+
 def test_a_replica_of_another_dialect_is_refused() -> None:
     with pytest.raises(ValueError, match="is not a PostgreSQL DSN"):
         Ledger(PG, read_dsn=["mysql://u@127.0.0.1:1/db"])

@@ -125,6 +125,9 @@ class LedgerSessionService(BaseSessionService):
     ) -> None:
         if engine is not None and db_engine is not None:
             raise ValueError("give engine= or db_engine= (the same thing), not both")
+        if options.get("read_dsn") is not None:
+            # Replica reads serve the zett and rein stores (docs/scaling.md).
+            raise ValueError("read_dsn: LedgerSessionService reads on the primary only; leave read_dsn unset")
         self.ledger = Ledger(db_url, engine=engine if engine is not None else db_engine, **options)
 
     def __repr__(self) -> str:

@@ -106,6 +106,7 @@ class LedgerSession(SessionABC):
         self.session_settings = _settings(session_settings)
         if create_tables:
             options["auto_upgrade"] = True
+        _no_replicas(options)
         if (engine is None) == (ledger is None):
             raise ValueError("give LedgerSession exactly one of engine= and ledger= (or use from_url)")
         if ledger is not None:
@@ -140,6 +141,7 @@ class LedgerSession(SessionABC):
         """
         if create_tables:
             options["auto_upgrade"] = True
+        _no_replicas(options)
         rendered = url.render_as_string(hide_password=False) if isinstance(url, URL) else url
         if not isinstance(rendered, str):
             raise TypeError(f"url must be a str or URL, not {type(url).__name__}")
@@ -251,6 +253,13 @@ def _encode(items: object) -> list[str]:
             raise ValueError(f"{field} must be JSON serializable: {error}") from None
         texts.append(validate.text(text, field))
     return texts
+
+
+def _no_replicas(options: Mapping[str, Any]) -> None:
+    """``ValueError`` for ``read_dsn``: this session reads on the primary only (replica
+    reads serve the zett and rein stores, docs/scaling.md)."""
+    if options.get("read_dsn") is not None:
+        raise ValueError("read_dsn: LedgerSession reads on the primary only; leave read_dsn unset")
 
 
 def _frozen(options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,7 @@ drop guard (``chatledger downgrade``) refuses it while they hold rows unless tol
 
 Frozen: this file imports nothing from chatledger.
 
-Revision ID: 0007
+Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-02 14:20:00.000000
 """
@@ -36,8 +36,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-revision: str = "0007"
-#: The one predecessor; re-chained at a merge by changing this constant alone.
+revision: str = "0006"
+#: The one predecessor.
 down_revision: str | Sequence[str] | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
