@@ -251,3 +251,29 @@ async def test_processes_append_to_one_session(service: LedgerSessionService, da
         app_name="race", user_id="u", session_id=session_id, config=GetSessionConfig(num_recent_events=0)
     )
     assert fresh is not None and fresh._storage_update_marker == str(PROCESSES * per_worker)
+
+
+async def test_first_shared_state_rows_created_at_once(service: LedgerSessionService) -> None:
+    """16 appends at once, each the first write of its app's ``app:`` row and of a new
+    user's ``user:`` row: none fails and no key is lost. On InnoDB the racing first
+    INSERTs can deadlock (the UPDATEs' gap locks), which ends the transaction with its
+    savepoint; the ledger must see the deadlock and run the append again, not the
+    failed ROLLBACK TO SAVEPOINT (error 1305) that follows it."""
+    for _round in range(5):
+        app = f"app-{uuid.uuid4().hex[:12]}"
+        sessions = [
+            await service.create_session(app_name=app, user_id=f"u{index % 4}") for index in range(16)
+        ]
+        await asyncio.gather(
+            *(
+                service.append_event(session, event("x", {f"app:k{index}": index, f"user:k{index}": index}))
+                for index, session in enumerate(sessions)
+            )
+        )
+        fresh = await service.create_session(app_name=app, user_id="u0")
+        assert {key for key in fresh.state if key.startswith("app:")} == {
+            f"app:k{index}" for index in range(16)
+        }
+        assert {key for key in fresh.state if key.startswith("user:")} == {
+            f"user:k{index}" for index in range(16) if index % 4 == 0
+        }

@@ -29,9 +29,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .savepoints import insert_unless_present
 from .schema import high_water_marks_table
 
 #: The store of a zett session id (``agent_sessions``).
@@ -91,20 +91,11 @@ async def raise_digest(
     their INSERTs; an INSERT takes no gap lock. A mark already there (rare: an earlier
     purge of the id, or an imported one) is raised instead, never lowered."""
     this = and_(_marks.c.store == store, _marks.c.id_digest == id_digest)
-    try:
-        async with conn.begin_nested():
-            await conn.execute(
-                insert(_marks).values(
-                    store=store,
-                    id_digest=id_digest,
-                    last_sequence=last_sequence,
-                    version=version,
-                    purged_at=now,
-                )
-            )
+    first = insert(_marks).values(
+        store=store, id_digest=id_digest, last_sequence=last_sequence, version=version, purged_at=now
+    )
+    if await insert_unless_present(conn, first):
         return
-    except IntegrityError:
-        pass
     mark = (
         await conn.execute(select(_marks.c.last_sequence, _marks.c.version).where(this).with_for_update())
     ).one()

@@ -21,12 +21,12 @@ from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import clock, validate
 from ..engine import Ledger
 from ..errors import ConstraintViolation
+from ..savepoints import insert_unless_present
 from ..schema import adk_app_states_table as _apps
 from ..schema import adk_events_table as _events
 from ..schema import adk_sessions_table as _sessions
@@ -145,7 +145,9 @@ async def _merge_shared(
     The ``UPDATE`` of the version takes the row's lock first, so the read and write
     of the merged JSON that follow cannot interleave with another writer's: two
     concurrent deltas both land (no lost update). A racing first insert of the row
-    fails on its primary key inside a savepoint and the merge goes on as an update.
+    fails on its primary key inside a savepoint and the merge goes on as an update; on
+    InnoDB two first inserts may deadlock instead (the UPDATEs' gap locks), and the
+    ledger runs the transaction again (:func:`chatledger.savepoints.insert_unless_present`).
     """
     if not delta:
         return
@@ -156,16 +158,12 @@ async def _merge_shared(
         )
         if bumped.rowcount == 1:
             break
-        try:
-            async with conn.begin_nested():
-                await conn.execute(
-                    insert(table).values(
-                        **key, state_json=validate.json_text(dict(delta), "state"), version=1, updated_at=now
-                    )
-                )
+        created = insert(table).values(
+            **key, state_json=validate.json_text(dict(delta), "state"), version=1, updated_at=now
+        )
+        if await insert_unless_present(conn, created):
             return
-        except IntegrityError:
-            continue  # another writer created it first: merge into theirs
+        # another writer created it first: merge into theirs
     stored = _decode(await conn.scalar(select(table.c.state_json).where(where)), table.name)
     stored.update(delta)
     await conn.execute(update(table).where(where).values(state_json=validate.json_text(stored, "state")))
