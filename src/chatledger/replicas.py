@@ -73,6 +73,12 @@ class ReadPositions:
         self.latest: str | None = None
         #: The latest position of the sessions no longer kept one by one.
         self.floor: str | None = None
+        #: A write's position was lost: lists go to the primary from then on (a position
+        #: recorded later may have been read before that write's COMMIT).
+        self.lost = False
+        #: A session of lost position stopped being kept one by one: the sessions not
+        #: kept go to the primary from then on.
+        self.lost_evicted = False
 
     def _max(self, one: str | None, other: str) -> str:
         return other if one is None else self._later(one, other)
@@ -82,6 +88,7 @@ class ReadPositions:
         unknown, and the session is read on the primary from now on."""
         if position is None:
             self._sessions[session] = None
+            self.lost = True
         else:
             self.latest = self._max(self.latest, position)
             if session not in self._sessions or self._sessions[session] is not None:
@@ -90,7 +97,9 @@ class ReadPositions:
         self._sessions.move_to_end(session)
         while len(self._sessions) > KEPT:
             _, evicted = self._sessions.popitem(last=False)
-            if evicted is not None:
+            if evicted is None:
+                self.lost_evicted = True
+            else:
                 self.floor = self._max(self.floor, evicted)
 
     def needed(self, session: str | None) -> tuple[bool, str | None]:
@@ -98,11 +107,11 @@ class ReadPositions:
         must go to the primary, else the position a replica must have applied first
         (``None``: none)."""
         if session is None:
-            return False, self.latest
+            return (True, None) if self.lost else (False, self.latest)
         if session in self._sessions:
             position = self._sessions[session]
             return position is None, position
-        return False, self.floor
+        return (True, None) if self.lost_evicted else (False, self.floor)
 
 
 class ReplicaReads:

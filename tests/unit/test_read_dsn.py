@@ -76,7 +76,19 @@ def test_a_lost_position_sends_the_session_to_the_primary() -> None:
     positions.wrote("a", None)
     positions.wrote("a", "0/1")
     assert positions.needed("a") == (True, None)
-    assert positions.needed(None) == (False, "0/1")  # a list still waits for the write
+    # A list goes to the primary too: the later position may predate the lost one.
+    assert positions.needed(None) == (True, None)
+    assert positions.needed("b") == (False, None)  # other sessions are not affected
+
+
+def test_a_lost_position_evicted_sends_sessions_not_kept_to_the_primary() -> None:
+    positions = _later("postgresql")
+    positions.wrote("lost", None)
+    for index in range(KEPT):
+        positions.wrote(f"s{index}", f"0/{index + 1:X}")
+    assert "lost" not in positions._sessions
+    assert positions.needed("lost") == (True, None)
+    assert positions.needed("s0") == (False, "0/1")
 
 
 def test_sessions_no_longer_kept_wait_for_the_floor() -> None:
