@@ -130,11 +130,12 @@ async def test_a_lost_commit_is_settled_once(ledger: Ledger, session_id: str) ->
     """The add's COMMIT succeeds but its answer is lost: the retry's settle finds the
     items by their ids and the add is not made twice."""
     session = LedgerSession(session_id, ledger=ledger)
+    await ledger.ensure_ready()  # its own reads (the writer's isolation) are not the add
     original = ledger.transactions._attempt
     lost = []
 
-    async def attempt(work: Any, *, write: bool, options: Any = None) -> Any:
-        result = await original(work, write=write, options=options)
+    async def attempt(work: Any, *, write: bool, **rest: Any) -> Any:
+        result = await original(work, write=write, **rest)
         if write and not lost:
             lost.append(True)
             from chatledger.transactions import _Retry

@@ -4,6 +4,8 @@ on any error otherwise)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
@@ -16,7 +18,9 @@ async def insert_unless_present(conn: AsyncConnection, statement: Insert) -> boo
     Raises the statement's own error when it ended the whole transaction: InnoDB rolls a
     transaction back on a deadlock (1213), dropping its savepoints, so the ROLLBACK TO
     SAVEPOINT that follows fails (1305) and would hide the deadlock; raised as it is,
-    the ledger classifies it (transient) and runs the transaction again.
+    the ledger classifies it (transient) and runs the transaction again. A duplicate
+    key whose savepoint cannot be rolled back (the connection lost) is raised as the
+    rollback's error, marked a connection failure.
     """
     try:
         async with conn.begin_nested():
@@ -30,6 +34,13 @@ async def insert_unless_present(conn: AsyncConnection, statement: Insert) -> boo
         first = error.__context__
         while first is not None and not isinstance(first, DBAPIError):
             first = first.__context__
-        if first is not None:
-            raise first from error
-        raise
+        if first is None:
+            raise  # the statement's own error, its savepoint rolled back
+        if isinstance(first, IntegrityError):
+            # The duplicate key's savepoint could not be rolled back: the connection
+            # went away meanwhile (a connection failure: the transaction runs again).
+            error.connection_invalidated = True
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+            raise
+        raise first from error
