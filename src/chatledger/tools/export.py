@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from rich.console import Console
-from sqlalchemy import Table, func, select
+from sqlalchemy import Select, Table, func, select, tuple_
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,8 +27,9 @@ from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from .importer import database_error
+from .logs import ADK, OPENAI, STATES, LogStore, StateTable
 from .progress import Tracker, progress
-from .rows import FORMAT, FORMAT_VERSION, MARKS, TABLES, Counts, Record, RowCodec, _instant
+from .rows import FORMAT, FORMAT_VERSION, FRAMEWORK_TABLES, MARKS, TABLES, Counts, Record, RowCodec, _instant
 
 #: Sessions read per page by the export.
 PAGE = 500
@@ -43,12 +44,70 @@ async def _count(conn: AsyncConnection, ids: Sequence[str] | None) -> Counts:
     async def count(table: Table, column: Any) -> int:
         return int(await conn.scalar(select(func.count()).select_from(table).where(where(column))) or 0)
 
+    states = 0
+    for state in STATES.values():
+        states += int(
+            await conn.scalar(select(func.count()).select_from(_states(state, ids).subquery())) or 0
+        )
     return Counts(
         sessions=await count(sessions_table, sessions_table.c.id),
         messages=await count(raw_messages_table, raw_messages_table.c.session_id),
         snapshots=await count(snapshots_table, snapshots_table.c.session_id),
         rein_sessions=await count(rein_sessions_table, rein_sessions_table.c.id),
+        openai_sessions=await count(OPENAI.sessions, OPENAI.sessions.c.id),
+        openai_items=await count(OPENAI.entries, OPENAI.entries.c.session_id),
+        adk_sessions=await count(ADK.sessions, ADK.sessions.c.id),
+        adk_events=await count(ADK.entries, ADK.entries.c.session_id),
+        adk_states=states,
     )
+
+
+def _states(state: StateTable, ids: Sequence[str] | None) -> Select[Any]:
+    """The rows of one scope of ADK's shared state in the export: all, or with ``ids``
+    those of the apps (and users) of the ADK sessions chosen."""
+    statement = select(state.table).order_by(*(state.table.c[name] for name in state.key))
+    if ids is None:
+        return statement
+    chosen = select(*(ADK.sessions.c[name] for name in state.key)).where(
+        ADK.sessions.c.id.in_(sorted(set(ids)))
+    )
+    columns = [state.table.c[name] for name in state.key]
+    return statement.where(tuple_(*columns).in_(chosen) if len(columns) > 1 else columns[0].in_(chosen))
+
+
+async def _log_records(
+    conn: AsyncConnection, store: LogStore, codecs: Mapping[str, RowCodec], ids: Sequence[str] | None
+) -> AsyncIterator[Record]:
+    """An OpenAI Agents or ADK session block per counter row, in key order: the row, its
+    entries in sequence order (a server-side cursor each), its end record."""
+    s, e = store.sessions, store.entries
+    order = [s.c[name] for name in store.key]
+    after: tuple[Any, ...] | None = None
+    while True:
+        statement = select(s).order_by(*order).limit(PAGE)
+        if ids is not None:
+            statement = statement.where(s.c.id.in_(sorted(set(ids))))
+        if after is not None:
+            statement = statement.where(store.after(after))
+        page = list(await conn.execute(statement))
+        if not page:
+            return
+        for row in page:
+            key = store.key_of(row._mapping)
+            yield {"type": store.head, "row": codecs[store.head].encode(row._mapping)}
+            entries = 0
+            stream = await conn.stream(
+                select(e)
+                .where(store.of_session(key))
+                .order_by(e.c.sequence)
+                .execution_options(yield_per=YIELD_PER)
+            )
+            async for partition in stream.partitions():
+                for entry in partition:
+                    entries += 1
+                    yield {"type": store.entry, "row": codecs[store.entry].encode(entry._mapping)}
+            yield store.end_record(key, entries)
+        after = store.key_of(page[-1]._mapping)
 
 
 async def _session_pages(conn: AsyncConnection, ids: Sequence[str] | None) -> AsyncIterator[list[Any]]:
@@ -100,7 +159,7 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
     Messages stream through a server-side cursor, a page of sessions at a time;
     nothing grows with the size of the database.
     """
-    codecs = {kind: RowCodec(table) for kind, table in TABLES.items()}
+    codecs = {kind: RowCodec(table) for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items()}
     mark_codec = RowCodec(MARKS)
     counts = await _count(conn, ids)
     revision = await conn.run_sync(migrate.current_revision)
@@ -112,7 +171,10 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
         "backend": conn.dialect.name,
         "exported_at": _instant(datetime.now(UTC)),
         "tables": {
-            **{table.name: list(codecs[kind].columns) for kind, table in TABLES.items()},
+            **{
+                table.name: list(codecs[kind].columns)
+                for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items()
+            },
             MARKS.name: list(mark_codec.columns),
         },
         "counts": counts.__dict__,
@@ -173,6 +235,24 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
         statement = statement.where(MARKS.c.id_digest.in_(sorted({marks.digest(id) for id in ids})))
     for row in await conn.execute(statement):
         yield {"type": "mark", "row": mark_codec.encode(row._mapping)}
+    # The frameworks' sessions last: an importer from before they travelled imports
+    # everything above before it stops at the first of their records.
+    for store in (OPENAI, ADK):
+        async for record in _log_records(conn, store, codecs, ids):
+            if record["type"] == store.end:
+                entries = record[store.entries_name]
+                if store is OPENAI:
+                    total.openai_sessions, total.openai_items = (
+                        total.openai_sessions + 1,
+                        total.openai_items + entries,
+                    )
+                else:
+                    total.adk_sessions, total.adk_events = total.adk_sessions + 1, total.adk_events + entries
+            yield record
+    for kind, state in STATES.items():
+        for row in await conn.execute(_states(state, ids)):
+            total.adk_states += 1
+            yield {"type": kind, "row": codecs[kind].encode(row._mapping)}
     yield {"type": "end", **total.__dict__}
 
 
@@ -230,7 +310,7 @@ async def export(
                             if messages == YIELD_PER:
                                 tracker.advance(messages=messages)
                                 messages = 0
-                        elif kind in ("session_end", "rein_session"):
+                        elif kind in ("session_end", "rein_session", OPENAI.end, ADK.end):
                             tracker.advance(sessions=1, messages=messages)
                             messages = 0
                         last = record

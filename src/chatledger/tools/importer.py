@@ -45,8 +45,20 @@ from ..engine import Ledger
 from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from . import interrupt
+from .logs import LOG_STORES, STATES, LogStore, StateTable
 from .progress import Tracker, progress
-from .rows import FORMAT, FORMAT_VERSION, MARKS, TABLES, BulkInsert, FormatError, Record, RowCodec, Say
+from .rows import (
+    FORMAT,
+    FORMAT_VERSION,
+    FRAMEWORK_TABLES,
+    MARKS,
+    TABLES,
+    BulkInsert,
+    FormatError,
+    Record,
+    RowCodec,
+    Say,
+)
 from .spool import Spool
 
 #: Rows per ``executemany`` of the import, and the most bytes of JSON one may carry.
@@ -66,8 +78,26 @@ MAX_CONFLICTS = 3
 
 
 @dataclass
+class FrameworkCounts:
+    """What an import did with one framework's sessions (zett, rein, OpenAI Agents, ADK)."""
+
+    imported: int = 0
+    #: Of the sessions imported, the deleted (or cleared) ones: tombstones.
+    tombstones: int = 0
+    #: Entries of the sessions imported: zett's messages, OpenAI's items, ADK's events.
+    entries: int = 0
+    identical: int = 0
+    differing: int = 0
+    failed: int = 0
+    #: ADK's ``app:``/``user:`` state rows imported, and found there already identical.
+    states: int = 0
+    states_identical: int = 0
+
+
+@dataclass
 class ImportReport:
-    """What an import did. Sessions are zett and rein sessions alike."""
+    """What an import did. Sessions are those of every framework alike (``frameworks``
+    has them one by one); ``messages`` and ``snapshots`` are zett's."""
 
     target: str
     imported: int = 0
@@ -89,6 +119,8 @@ class ImportReport:
     marks: int = 0
     #: The input ended with its end record (``False``: truncated; what it held was imported).
     complete: bool = False
+    #: Framework ("zett", "rein", "OpenAI Agents", "ADK") -> its counts, in the order met.
+    frameworks: dict[str, FrameworkCounts] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -121,17 +153,34 @@ def _tombstone_difference(input_deleted: bool, stored_deleted: bool) -> str | No
 
 
 class _Session:
-    """One session being imported (a zett session with its checkpoints and messages, or
-    a rein session's row): its rows as read, and what its transaction found."""
+    """One session being imported (a zett session with its checkpoints and messages, a
+    rein session's row, an OpenAI Agents or ADK session with its entries, or one of
+    ADK's shared state rows): its rows as read, and what its transaction found."""
 
-    def __init__(self, kind: str, session_id: str, *, tombstone: bool) -> None:
-        #: "zett" or "rein".
+    def __init__(
+        self,
+        kind: str,
+        session_id: str,
+        *,
+        tombstone: bool,
+        store: LogStore | None = None,
+        state: StateTable | None = None,
+        key: tuple[Any, ...] = (),
+    ) -> None:
+        #: "zett", "rein", "log" (``store``'s) or "state" (``state``'s).
         self.kind = kind
         self.id = session_id
+        self.store = store
+        self.state = state
+        #: The key of its counter (or state) row: ``(id,)``, ADK's (app, user, id)...
+        self.key = key
         #: The input's row is a tombstone: the session was deleted where it comes from.
         self.tombstone = tombstone
         self.messages = 0
         self.snapshots = 0
+        #: A log session's entries read, and its counter row's numbering.
+        self.entries = 0
+        self.base = self.last = 0
         self.spool = Spool(SPOOL_BYTES)
         #: The connection was lost while its COMMIT was under way: it may be in the
         #: database, and a retry that finds it there, identical, imported it.
@@ -153,7 +202,17 @@ class _Session:
 
     @property
     def label(self) -> str:
+        if self.store is not None:
+            return self.store.label(self.key)
+        if self.state is not None:
+            return self.state.label(self.key)
         return f"{self.kind} session {self.id!r}"
+
+    @property
+    def framework(self) -> str:
+        if self.store is not None:
+            return self.store.framework
+        return "ADK" if self.state is not None else self.kind
 
 
 def _row_bound(row: Record) -> int:
@@ -170,7 +229,23 @@ _LONG_TEXTS: Mapping[str, tuple[str, ...]] = {
     "message": ("content", "message_json", "metadata_json", "tags_json"),
     "snapshot": ("message_json",),
     "rein": ("session_json",),
+    "openai_item": ("item_json",),
+    "adk_session": ("state_json",),
+    "adk_event": ("event_json",),
+    "adk_app_state": ("state_json",),
+    "adk_user_state": ("state_json",),
 }
+#: The texts of an entry that count towards :data:`BATCH_BYTES`.
+_BATCH_TEXTS: Mapping[str, tuple[str, ...]] = {
+    "message": ("message_json", "content"),
+    "openai_item": ("item_json",),
+    "adk_event": ("event_json",),
+}
+
+
+def _unclosed(session: _Session, where: str) -> FormatError:
+    end = "session_end" if session.store is None else session.store.end
+    return FormatError(f"{where}: session {session.id!r} has no {end} record")
 
 
 def _said(error: BaseException) -> str:
@@ -207,7 +282,8 @@ class Importer:
         self.tracker = Tracker(bars)
         self.report = ImportReport(target=display(ledger.url))
         self.codecs: dict[str, RowCodec] = {}
-        self._bulk: BulkInsert | None = None
+        #: The ``executemany`` of each kind of entry ("message", "openai_item"...).
+        self._bulk: dict[str, BulkInsert] = {}
         self._conn: AsyncConnection | None = None
         #: Messages read but not yet shown on the progress bar.
         self._unshown = 0
@@ -242,12 +318,12 @@ class Importer:
                 kind = record.get("type")
                 if kind == "session":
                     if session is not None:
-                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                        raise _unclosed(session, where)
                     row = self.codecs["session"].decode(record.get("row"), where)
                     session = _Session("zett", row["id"], tombstone=row.get("deleted_at") is not None)
                     await self._step(session, "session", row)
                 elif kind in ("snapshot", "message"):
-                    if session is None:
+                    if session is None or session.kind != "zett":
                         raise FormatError(f"{where}: a {kind} record outside a session")
                     row = self.codecs[kind].decode(record.get("row"), where)
                     if row["session_id"] != session.id:
@@ -261,7 +337,7 @@ class Importer:
                         self._show(messages=1)
                     await self._step(session, kind, row)
                 elif kind == "session_end":
-                    if session is None or record.get("id") != session.id:
+                    if session is None or session.kind != "zett" or record.get("id") != session.id:
                         raise FormatError(f"{where}: a session_end without its session")
                     if (
                         record.get("messages") != session.messages
@@ -277,20 +353,31 @@ class Importer:
                     session = None
                 elif kind == "rein_session":
                     if session is not None:
-                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                        raise _unclosed(session, where)
                     row = self.codecs["rein_session"].decode(record.get("row"), where)
                     rein = _Session("rein", row["id"], tombstone=row.get("session_json") is None)
                     await self._step(rein, "rein", row)
                     self._finish(rein)
                 elif kind == "mark":
                     if session is not None:
-                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                        raise _unclosed(session, where)
                     if "mark" not in self.codecs:
                         raise FormatError(f"{where}: a mark record, but the header lists no {MARKS.name}")
                     await self._mark(self.codecs["mark"].decode(record.get("row"), where))
+                elif isinstance(kind, str) and kind in LOG_STORES:
+                    session = await self._log_record(session, LOG_STORES[kind], kind, record, where)
+                elif isinstance(kind, str) and kind in STATES:
+                    if session is not None:
+                        raise _unclosed(session, where)
+                    state = STATES[kind]
+                    row = self._codec(kind, where).decode(record.get("row"), where)
+                    key = tuple(row[name] for name in state.key)
+                    item = _Session("state", key[-1], tombstone=False, state=state, key=key)
+                    await self._step(item, kind, row)
+                    self._finish(item)
                 elif kind == "end":
                     if session is not None:
-                        raise FormatError(f"{where}: session {session.id!r} has no session_end record")
+                        raise _unclosed(session, where)
                     self.report.complete = True
                     break
                 else:
@@ -302,11 +389,75 @@ class Importer:
                 session.spool.close()
             await self._disconnect()
         if session is not None:
+            self._count(session).failed += 1
             self._problem(
-                f"zett session {session.id!r}: the input ends inside it (truncated?); not imported",
-                failed=True,
+                f"{session.label}: the input ends inside it (truncated?); not imported", failed=True
             )
         return self.report
+
+    def _codec(self, kind: str, where: str) -> RowCodec:
+        codec = self.codecs.get(kind)
+        if codec is None:  # a framework's table a file lists only when it carries it
+            raise FormatError(
+                f"{where}: a {kind} record, but the header lists no {FRAMEWORK_TABLES[kind].name}"
+            )
+        return codec
+
+    async def _log_record(
+        self, session: _Session | None, store: LogStore, kind: str, record: Record, where: str
+    ) -> _Session | None:
+        """One record of an OpenAI Agents or ADK session block; the session open after it.
+
+        Its entries must be numbered as the adapters number them: gap-free from the
+        counter row's ``base_sequence + 1`` to its ``last_sequence`` (so an add or
+        append after the import takes the next sequence, and a read finds them all).
+        """
+        if kind == store.head:
+            if session is not None:
+                raise _unclosed(session, where)
+            row = self._codec(kind, where).decode(record.get("row"), where)
+            key = store.key_of(row)
+            opened = _Session(
+                "log", row["id"], tombstone=row.get("deleted_at") is not None, store=store, key=key
+            )
+            opened.base, opened.last = row["base_sequence"], row["last_sequence"]
+            await self._step(opened, kind, row)
+            return opened
+        if session is None or session.store is not store:
+            raise FormatError(f"{where}: a {kind} record outside its session")
+        if kind == store.entry:
+            row = self._codec(kind, where).decode(record.get("row"), where)
+            if store.entry_session(row) != session.key:
+                raise FormatError(
+                    f"{where}: a {kind} of {store.label(store.entry_session(row))} inside {session.label}"
+                )
+            expected = session.base + session.entries + 1
+            if row["sequence"] != expected or expected > session.last:
+                raise FormatError(
+                    f"{where}: {session.label}: {kind} sequence {row['sequence']}, not {expected}: its "
+                    f"{store.entries_name} run gap-free from base_sequence + 1 ({session.base + 1}) to "
+                    f"last_sequence ({session.last})"
+                )
+            session.entries += 1
+            await self._step(session, kind, row)
+            return session
+        if tuple(record.get(name) for name in store.key) != session.key:
+            raise FormatError(f"{where}: a {kind} without its session")
+        count = record.get(store.entries_name)
+        if count != session.entries:
+            raise FormatError(
+                f"{where}: {session.label} ends with {count} {store.entries_name}, but "
+                f"{session.entries} came before"
+            )
+        if session.entries != session.last - session.base:
+            raise FormatError(
+                f"{where}: {session.label} has {session.entries} {store.entries_name}, but its counter "
+                f"row numbers {session.last - session.base} (base_sequence {session.base} to "
+                f"last_sequence {session.last})"
+            )
+        await self._step(session, kind, record)
+        self._finish(session)
+        return None
 
     # -- the header --------------------------------------------------------------
 
@@ -322,8 +473,10 @@ class Importer:
         tables = header.get("tables")
         if not isinstance(tables, dict):
             raise FormatError(f"{where}: the header lists no tables")
-        for kind, table in TABLES.items():
+        for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items():
             columns = tables.get(table.name)
+            if columns is None and kind in FRAMEWORK_TABLES:
+                continue  # a file written before the frameworks' sessions travelled
             if not isinstance(columns, list) or not all(isinstance(name, str) for name in columns):
                 raise FormatError(f"{where}: the header lists no columns for {table.name}")
             unknown = [name for name in columns if name not in table.c]
@@ -428,6 +581,16 @@ class Importer:
             await self._message(session, row)
         elif kind == "end":
             await self._close(session)
+        elif session.store is not None:
+            store = session.store
+            if kind == store.head:
+                await self._open_log(session, store, row)
+            elif kind == store.entry:
+                await self._message(session, row, kind)
+            else:
+                await self._close_log(session, store)
+        elif session.state is not None:
+            await self._state(session, session.state, row)
         else:
             await self._rein(session, row)
 
@@ -518,10 +681,16 @@ class Importer:
 
     async def _exists(self, session: _Session) -> bool:
         """Whether the target has the session now (another writer committed it)."""
-        table = sessions_table if session.kind == "zett" else rein_sessions_table
+        if session.store is not None:
+            exists = select(session.store.sessions.c.id).where(session.store.is_session(session.key))
+        elif session.state is not None:
+            exists = select(session.state.table.c.app_name).where(session.state.is_row(session.key))
+        else:
+            table = sessions_table if session.kind == "zett" else rein_sessions_table
+            exists = select(table.c.id).where(table.c.id == session.id)
         conn = await self._connection()
         try:
-            found = await conn.scalar(select(table.c.id).where(table.c.id == session.id))
+            found = await conn.scalar(exists)
         finally:
             await self._rollback()
         return found is not None
@@ -542,7 +711,9 @@ class Importer:
             validate.check_statement_size(texts, self.limit, kind)
         except ValueError:
             what = f"its message {row['sequence']}" if kind == "message" else f"its {kind} row"
-            if kind == "snapshot":
+            if kind in _BATCH_TEXTS and kind != "message":
+                what = f"its {kind.split('_', 1)[1]} {row['sequence']}"
+            elif kind == "snapshot":
                 what = f"its checkpoint version {row['version']}"
             return (
                 f"{what} needs up to {validate.statement_size(*texts):,} bytes in one statement, more "
@@ -589,10 +760,11 @@ class Importer:
             return
         await (await self._connection()).execute(snapshots_table.insert(), row)
 
-    async def _message(self, session: _Session, row: Record) -> None:
+    async def _message(self, session: _Session, row: Record, kind: str = "message") -> None:
+        """A raw-log entry (a zett message, an OpenAI item, an ADK event), batched."""
         bound = 0
         if session.mode == "insert":
-            too_large = self._oversize("message", row)
+            too_large = self._oversize(kind, row)
             if too_large is not None:
                 await self._rollback()
                 self._refuse(session, too_large)
@@ -605,14 +777,16 @@ class Importer:
         session.batch.append(row)
         session.batch_bound += bound
         # The long texts, roughly: enough to keep one statement well within a server's limit.
-        session.batch_bytes += len(row["message_json"]) + len(row["content"])
+        session.batch_bytes += sum(len(row[name]) for name in _BATCH_TEXTS[kind])
         if len(session.batch) >= BATCH_ROWS or session.batch_bytes >= BATCH_BYTES:
             await self._flush(session)
 
-    def _messages_insert(self, conn: AsyncConnection) -> BulkInsert:
-        if self._bulk is None:
-            self._bulk = BulkInsert(raw_messages_table, self.codecs["message"].columns, conn.dialect)
-        return self._bulk
+    def _bulk_insert(self, conn: AsyncConnection, kind: str) -> BulkInsert:
+        bulk = self._bulk.get(kind)
+        if bulk is None:
+            table = raw_messages_table if kind == "message" else FRAMEWORK_TABLES[kind]
+            bulk = self._bulk[kind] = BulkInsert(table, self.codecs[kind].columns, conn.dialect)
+        return bulk
 
     async def _flush(self, session: _Session) -> None:
         batch, session.batch = session.batch, []
@@ -620,28 +794,32 @@ class Importer:
         if not batch:
             return
         conn = await self._connection()
+        kind, noun = "message", "message"
+        table, of_session = raw_messages_table, raw_messages_table.c.session_id == session.id
+        if session.store is not None:
+            kind, noun = session.store.entry, session.store.entries_name[:-1]
+            table, of_session = session.store.entries, session.store.of_session(session.key)
         if session.mode == "insert":
-            await self._messages_insert(conn).execute(conn, batch)
+            await self._bulk_insert(conn, kind).execute(conn, batch)
         elif session.mode == "compare":
-            r = raw_messages_table
             stored = {
                 row.sequence: row._mapping
                 for row in await conn.execute(
-                    select(r).where(
-                        r.c.session_id == session.id,
-                        r.c.sequence >= batch[0]["sequence"],
-                        r.c.sequence <= batch[-1]["sequence"],
+                    select(table).where(
+                        of_session,
+                        table.c.sequence >= batch[0]["sequence"],
+                        table.c.sequence <= batch[-1]["sequence"],
                     )
                 )
             }
             for row in batch:
                 found = stored.get(row["sequence"])
                 if found is None:
-                    await self._differs(session, f"the database lacks its message {row['sequence']}")
+                    await self._differs(session, f"the database lacks its {noun} {row['sequence']}")
                     return
-                difference = _first_difference(row, found, self.codecs["message"].columns)
+                difference = _first_difference(row, found, self.codecs[kind].columns)
                 if difference is not None:
-                    await self._differs(session, f"message {row['sequence']} differs in {difference}")
+                    await self._differs(session, f"{noun} {row['sequence']} differs in {difference}")
                     return
 
     async def _compare_snapshot(self, session: _Session, row: Record) -> None:
@@ -682,21 +860,40 @@ class Importer:
                 f"the input {session.messages} and {session.snapshots}"
             )
 
+    def _count(self, session: _Session) -> FrameworkCounts:
+        return self.report.frameworks.setdefault(session.framework, FrameworkCounts())
+
     def _finish(self, session: _Session) -> None:
-        """Count a session done, and report it when it was not imported."""
+        """Count a session (or ADK state row) done, and report it when it was not imported."""
         session.spool.close()
-        self.tracker.advance(sessions=1)
-        self._show()
+        counts = self._count(session)
+        if session.state is None:
+            self.tracker.advance(sessions=1)
+            self._show()
         if session.mode == "identical" and not session.maybe_committed:
-            self.report.identical += 1
+            if session.state is not None:
+                counts.states_identical += 1
+            else:
+                self.report.identical += 1
+                counts.identical += 1
         elif session.mode in ("imported", "identical"):
             # "identical" after a lost COMMIT: this import's own commit, found on the retry.
+            if session.state is not None:
+                counts.states += 1
+                return
             self.report.imported += 1
             self.report.tombstones += session.tombstone
             self.report.messages += session.messages
             self.report.snapshots += session.snapshots
+            counts.imported += 1
+            counts.tombstones += session.tombstone
+            counts.entries += session.messages + session.entries
         else:
             ending = "not imported" if session.failed else "left as it is"
+            if session.failed:
+                counts.failed += 1
+            else:
+                counts.differing += 1
             self._problem(f"{session.label}: {session.reason}; {ending}", failed=session.failed)
 
     def _show(self, messages: int = 0) -> None:
@@ -743,6 +940,77 @@ class Importer:
             self._refuse(session, too_large)
             return
         await conn.execute(rein.insert(), row)
+        session.mode = "committing"
+        await conn.commit()
+        session.mode = "imported"
+
+    # -- OpenAI Agents and ADK sessions, ADK's shared state ---------------------------
+
+    async def _open_log(self, session: _Session, store: LogStore, row: Record) -> None:
+        """A session's counter row: inserted (the rest follows in its transaction), or
+        compared with the target's, locked, as a zett session's is."""
+        conn = await self._connection()
+        await conn.begin()
+        stored = (
+            await conn.execute(select(store.sessions).where(store.is_session(session.key)).with_for_update())
+        ).one_or_none()
+        if stored is None:
+            too_large = self._oversize(store.head, row) if store.head in _LONG_TEXTS else None
+            if too_large is not None:
+                await self._rollback()
+                self._refuse(session, too_large)
+                return
+            session.mode = "insert"
+            await conn.execute(store.sessions.insert(), row)
+            return
+        session.mode = "compare"
+        deleted = _tombstone_difference(session.tombstone, stored.deleted_at is not None)
+        difference = _first_difference(row, stored._mapping, self.codecs[store.head].columns)
+        if deleted is not None or difference is not None:
+            await self._differs(session, deleted or f"its counter row differs in {difference}")
+
+    async def _close_log(self, session: _Session, store: LogStore) -> None:
+        await self._flush(session)
+        conn = await self._connection()
+        if session.mode == "insert":
+            session.mode = "committing"
+            await conn.commit()
+            session.mode = "imported"
+        elif session.mode == "compare":
+            entries = await conn.scalar(
+                select(func.count()).select_from(store.entries).where(store.of_session(session.key))
+            )
+            await self._rollback()
+            if entries == session.entries:
+                session.mode = "identical"
+                return
+            session.mode = "skip"
+            session.reason = f"the database has {entries} {store.entries_name}, the input {session.entries}"
+
+    async def _state(self, session: _Session, state: StateTable, row: Record) -> None:
+        """One ``app:``/``user:`` state row, in a transaction of its own: inserted, or
+        compared with the target's (never merged into it)."""
+        conn = await self._connection()
+        await conn.begin()
+        stored = (
+            await conn.execute(select(state.table).where(state.is_row(session.key)).with_for_update())
+        ).one_or_none()
+        if stored is not None:
+            session.mode = "compare"
+            await self._rollback()
+            difference = _first_difference(row, stored._mapping, self.codecs[state.record].columns)
+            if difference is None:
+                session.mode = "identical"
+            else:
+                session.mode, session.reason = "skip", f"differs in {difference}"
+            return
+        session.mode = "insert"
+        too_large = self._oversize(state.record, row)
+        if too_large is not None:
+            await self._rollback()
+            self._refuse(session, too_large)
+            return
+        await conn.execute(state.table.insert(), row)
         session.mode = "committing"
         await conn.commit()
         session.mode = "imported"

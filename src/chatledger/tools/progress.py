@@ -70,9 +70,9 @@ class Tracker:
     def start(self, counts: Mapping[str, Any]) -> None:
         if self.bars is None:
             return
-        self.sessions = self.bars.add_task(
-            "sessions", total=int(counts.get("sessions", 0)) + int(counts.get("rein_sessions", 0))
-        )
+        # Every framework's sessions (a file from before the OpenAI and ADK ones counts none).
+        kinds = ("sessions", "rein_sessions", "openai_sessions", "adk_sessions")
+        self.sessions = self.bars.add_task("sessions", total=sum(int(counts.get(kind, 0)) for kind in kinds))
         self.messages = self.bars.add_task("messages", total=int(counts.get("messages", 0)))
 
     def advance(self, sessions: int = 0, messages: int = 0) -> None:

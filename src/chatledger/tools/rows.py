@@ -19,7 +19,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..schema import (
+    adk_app_states_table,
+    adk_events_table,
+    adk_sessions_table,
+    adk_user_states_table,
     high_water_marks_table,
+    openai_items_table,
+    openai_sessions_table,
     raw_messages_table,
     rein_sessions_table,
     sessions_table,
@@ -41,6 +47,17 @@ TABLES: Mapping[str, Table] = {
 #: The high-water marks of purged tombstones (``mark`` records): apart from
 #: :data:`TABLES`, since a file written before they travelled lists no such table.
 MARKS = high_water_marks_table
+
+#: The OpenAI Agents SDK's and ADK's tables, by record type: apart from :data:`TABLES`,
+#: since a file written before their records travelled lists none of them.
+FRAMEWORK_TABLES: Mapping[str, Table] = {
+    "openai_session": openai_sessions_table,
+    "openai_item": openai_items_table,
+    "adk_session": adk_sessions_table,
+    "adk_event": adk_events_table,
+    "adk_app_state": adk_app_states_table,
+    "adk_user_state": adk_user_states_table,
+}
 
 
 Record = dict[str, Any]
@@ -177,6 +194,12 @@ class Counts:
     messages: int = 0
     snapshots: int = 0
     rein_sessions: int = 0
+    openai_sessions: int = 0
+    openai_items: int = 0
+    adk_sessions: int = 0
+    adk_events: int = 0
+    #: ``app:`` and ``user:`` state rows.
+    adk_states: int = 0
 
 
 Say = Callable[[str], None]
