@@ -434,9 +434,9 @@ class Importer:
             expected = session.base + session.entries + 1
             if row["sequence"] != expected or expected > session.last:
                 raise FormatError(
-                    f"{where}: {session.label}: {kind} sequence {row['sequence']}, not {expected}: its "
-                    f"{store.entries_name} run gap-free from base_sequence + 1 ({session.base + 1}) to "
-                    f"last_sequence ({session.last})"
+                    f"{where}: {session.label}: {kind} sequence {row['sequence']}, but its "
+                    f"{store.entries_name} must run gap-free from base_sequence + 1 ({session.base + 1}) "
+                    f"to last_sequence ({session.last}), as its adapter numbers them"
                 )
             session.entries += 1
             await self._step(session, kind, row)

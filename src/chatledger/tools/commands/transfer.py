@@ -39,8 +39,11 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
     say(
         messages,
         f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
-        f"{counted(counts.snapshots, 'checkpoint')}) and {counted(counts.rein_sessions, 'rein session')} "
-        f"to {args.output or 'stdout'}",
+        f"{counted(counts.snapshots, 'checkpoint')}), {counted(counts.rein_sessions, 'rein session')}, "
+        f"{counted(counts.openai_sessions, 'OpenAI Agents session')} "
+        f"({counted(counts.openai_items, 'item')}) "
+        f"and {counted(counts.adk_sessions, 'ADK session')} ({counted(counts.adk_events, 'event')}, "
+        f"{counted(counts.adk_states, 'app:/user: state row')}) to {args.output or 'stdout'}",
     )
     return 0
 
@@ -78,6 +81,8 @@ def _import_summary(console: Console, report: Any, verb: str = "imported") -> in
         f"{counted(report.snapshots, 'checkpoint')}) into {report.target}; {report.identical:,} already "
         "there and identical, skipped",
     )
+    for line in _by_framework(report, verb):
+        say(console, line)
     if report.marks:
         say(
             console,
@@ -95,6 +100,33 @@ def _import_summary(console: Console, report: Any, verb: str = "imported") -> in
     if not report.complete:
         say(console, "the input ended before its end record (truncated?); what it held was imported")
     return 0 if report.clean else 1
+
+
+#: What each framework's entries are called.
+_ENTRIES = {"zett": "message", "rein": "", "OpenAI Agents": "item", "ADK": "event"}
+
+
+def _by_framework(report: Any, verb: str) -> list[str]:
+    """One line per framework the input held: its sessions imported (with their
+    entries and tombstones), identical, differing and refused; ADK's state rows."""
+    lines = []
+    for framework, counts in report.frameworks.items():
+        entries = _ENTRIES.get(framework, "")
+        details = [counted(counts.entries, entries)] if entries else []
+        if counts.tombstones:
+            details.append(f"{counts.tombstones:,} deleted or cleared, as tombstones")
+        if counts.states or counts.states_identical:
+            details.append(
+                f"{counted(counts.states, 'app:/user: state row')}, {counts.states_identical:,} of them "
+                "already there and identical"
+            )
+        line = f"  {framework}: {verb} {counted(counts.imported, 'session')}"
+        line += f" ({'; '.join(details)})" if details else ""
+        line += f", {counts.identical:,} identical"
+        if counts.differing or counts.failed:
+            line += f", {counts.differing:,} differing, {counts.failed:,} refused"
+        lines.append(line)
+    return lines
 
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
