@@ -39,7 +39,7 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
     say(
         messages,
         f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
-        f"{counted(counts.snapshots, 'checkpoint')}), {counted(counts.rein_sessions, 'rein session')}, "
+        f"{counted(counts.snapshots, 'checkpoint')}) and {counted(counts.rein_sessions, 'rein session')}; "
         f"{counted(counts.openai_sessions, 'OpenAI Agents session')} "
         f"({counted(counts.openai_items, 'item')}) "
         f"and {counted(counts.adk_sessions, 'ADK session')} ({counted(counts.adk_events, 'event')}, "
