@@ -7,6 +7,7 @@ the import, and idempotent (a re-import is all identical; a differing one is cou
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from collections.abc import AsyncIterator
@@ -346,3 +347,27 @@ async def test_an_export_from_before_the_frameworks_still_imports(
         await upgrade_database(target)
         report = await import_file(target, str(path))
         assert report.clean and report.imported == 0 and report.frameworks == {}
+
+
+async def test_imports_of_one_file_at_once_insert_each_session_once(
+    source: URL, database: Database, tmp_path: Path
+) -> None:
+    """Three imports of one file at once: each ends clean (a session or state row
+    another committed first is compared, a deadlock or serialization failure retried),
+    and each session and state row is inserted by exactly one of them."""
+    await fill(source)
+    path = await write_file(source, tmp_path)
+    async with fresh_database(database.server, tmp_path, prefix="chatledger_dst") as target:
+        if database.server is not None:
+            await database.server.default_to_serializable(str(target.database))
+        await upgrade_database(target)
+        reports = await asyncio.gather(*(import_file(target, str(path)) for _ in range(3)))
+        for report in reports:
+            assert report.clean, report.problems
+            assert report.imported + report.identical == 6
+        assert sum(report.imported for report in reports) == 6
+        states = [report.frameworks["ADK"] for report in reports]
+        assert sum(counts.states for counts in states) == 3
+        assert all(counts.states + counts.states_identical == 3 for counts in states)
+        assert await export_of(target) == await export_of(source)
+        assert await read_back(target) == await read_back(source)
