@@ -459,6 +459,74 @@ async def list_page(
     return result
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A live session as ``chatledger sessions`` lists it: its key, how many events its
+    log holds, its times (UTC)."""
+
+    key: Key
+    events: int
+    created_at: datetime
+    updated_at: datetime
+
+
+_STORED = (
+    _sessions.c.app_name,
+    _sessions.c.user_id,
+    _sessions.c.id,
+    _sessions.c.last_sequence,
+    _sessions.c.base_sequence,
+    _sessions.c.created_at,
+    _sessions.c.updated_at,
+)
+
+
+def _stored(rows: Sequence[Any]) -> list[Stored]:
+    # A live generation's events are sequences base_sequence+1..last_sequence, gap-free.
+    return [
+        Stored(
+            Key(row.app_name, row.user_id, row.id),
+            int(row.last_sequence) - int(row.base_sequence),
+            row.created_at,
+            row.updated_at,
+        )
+        for row in rows
+    ]
+
+
+async def list_by_key(conn: AsyncConnection, limit: int) -> list[Stored]:
+    """The first ``limit`` live sessions in key order (app, user, id), inside the caller's
+    read transaction, on the primary key (``adk_sessions`` has no index by activity)."""
+    query = (
+        select(*_STORED)
+        .where(_live)
+        .order_by(_sessions.c.app_name, _sessions.c.user_id, _sessions.c.id)
+        .limit(limit)
+    )
+    return _stored((await conn.execute(query)).all())
+
+
+async def find(
+    ledger: Ledger, session_id: str, app_name: str | None = None, user_id: str | None = None
+) -> list[Stored]:
+    """The live sessions with the id ``session_id``, in every app and user (or only
+    ``app_name``'s, ``user_id``'s), in key order. With both, a lookup on the primary key;
+    with ``app_name`` alone, a range of it; else a scan of ``adk_sessions`` (its key
+    starts with the app and the user)."""
+    query = select(*_STORED).where(_sessions.c.id == session_id, _live)
+    if app_name is not None:
+        query = query.where(_sessions.c.app_name == app_name)
+    if user_id is not None:
+        query = query.where(_sessions.c.user_id == user_id)
+    query = query.order_by(_sessions.c.app_name, _sessions.c.user_id)
+
+    async def work(conn: AsyncConnection) -> list[Stored]:
+        return _stored((await conn.execute(query)).all())
+
+    result: list[Stored] = await ledger.read(work)
+    return result
+
+
 # -- delete ------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import case, delete, func, insert, select, update
@@ -27,6 +28,8 @@ from ..schema import openai_sessions_table as _sessions
 _MAX_LIMIT = 2**63 - 1
 #: Times an add is made again after a concurrent first add created the counter row.
 _FIRST_ADD_RACES = 3
+#: Session ids per ``IN`` list of :func:`list_recent`'s item counts (bounded parameters).
+_COUNTED_PER_STATEMENT = 500
 
 _live = _items.c.retracted_at.is_(None)
 #: A session whose items clear_session erased, until the next add.
@@ -281,3 +284,90 @@ async def count_live(ledger: Ledger, session_id: str) -> int:
         return int(found or 0)
 
     return await ledger.read(work)
+
+
+# -- for tools: listing and inspecting -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A session as ``chatledger sessions`` lists it: its live items, the items of its
+    current generation that ``pop_item`` retracted, and its times (UTC)."""
+
+    id: str
+    items: int
+    popped: int
+    created_at: datetime
+    updated_at: datetime
+
+
+async def _live_counts(conn: AsyncConnection, ids: list[str]) -> dict[str, int]:
+    """Live items per session, on ``ix_openai_items_live``, a bounded ``IN`` list at a time."""
+    counts: dict[str, int] = {}
+    for start in range(0, len(ids), _COUNTED_PER_STATEMENT):
+        chunk = ids[start : start + _COUNTED_PER_STATEMENT]
+        found = await conn.execute(
+            select(_of_session, func.count().label("live"))
+            .where(_of_session.in_(chunk), _live)
+            .group_by(_of_session)
+        )
+        counts.update({row.session_id: int(row.live) for row in found})
+    return counts
+
+
+def _summaries(rows: Any, counts: dict[str, int]) -> list[Summary]:
+    # The current generation's items are sequences base_sequence+1..last_sequence, gap-free
+    # (a clear erases the rows, a pop keeps them): those not live were popped.
+    return [
+        Summary(
+            row.id,
+            counts.get(row.id, 0),
+            int(row.last_sequence) - int(row.base_sequence) - counts.get(row.id, 0),
+            row.created_at,
+            row.updated_at,
+        )
+        for row in rows
+    ]
+
+
+_SUMMARY = (
+    _sessions.c.id,
+    _sessions.c.last_sequence,
+    _sessions.c.base_sequence,
+    _sessions.c.created_at,
+    _sessions.c.updated_at,
+)
+
+
+async def list_recent(conn: AsyncConnection, limit: int, *, tombstone_first: bool) -> list[Summary]:
+    """The ``limit`` sessions written to last (newest first, then id), inside the caller's
+    read transaction: on ``ix_openai_sessions_activity`` (``tombstone_first``: the
+    backend's :attr:`~chatledger.dialects.Backend.order_live_by_tombstone`), their live
+    item counts on ``ix_openai_items_live``. A cleared session that nothing was added to
+    since is left out (the SDK sees it empty)."""
+    tombstone = (_sessions.c.deleted_at.desc(),) if tombstone_first else ()
+    rows = (
+        await conn.execute(
+            select(*_SUMMARY)
+            .where(_sessions.c.deleted_at.is_(None))
+            .order_by(*tombstone, _sessions.c.updated_at.desc(), _sessions.c.id.desc())
+            .limit(limit)
+        )
+    ).all()
+    return _summaries(rows, await _live_counts(conn, [row.id for row in rows]))
+
+
+async def summary(ledger: Ledger, session_id: str) -> Summary | None:
+    """The session ``session_id`` (``None``: never added to, or cleared since), in one read."""
+
+    async def work(conn: AsyncConnection) -> Summary | None:
+        rows = (
+            await conn.execute(
+                select(*_SUMMARY).where(_sessions.c.id == session_id, _sessions.c.deleted_at.is_(None))
+            )
+        ).all()
+        found = _summaries(rows, await _live_counts(conn, [session_id] if rows else []))
+        return found[0] if found else None
+
+    result: Summary | None = await ledger.read(work)
+    return result

@@ -1,4 +1,6 @@
-"""``chatledger sessions``: list, show, delete and purge stored sessions, zett's and rein's.
+"""``chatledger sessions``: list, show, delete and purge stored sessions, zett's and rein's;
+``list`` and ``show`` also the OpenAI Agents SDK's and Google ADK's
+(:mod:`chatledger.tools.framework_sessions`).
 
 Everything goes through the stores' public methods (``list_sessions``,
 ``get_session``, ``load``, ``delete_session``, ``purge_sessions``; rein's
@@ -33,11 +35,11 @@ from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
 from ..schema import rein_sessions_table, sessions_table
 from ..selection import PURGE_BATCH, Selection, candidates, count
+from .kinds import KINDS
 from .progress import progress
 from .words import counted
 
-#: The kinds of session a database holds.
-KINDS = ("zett", "rein")
+__all__ = ["KINDS"]  # one per framework (chatledger.tools.kinds)
 #: Longest message text ``show`` prints before cutting it.
 SHOWN_CHARACTERS = 500
 #: Ids of each kind a dry run of ``purge`` lists (it counts them all).
@@ -77,7 +79,7 @@ class Stores:
     notes: list[str]
 
     def kinds(self, wanted: Sequence[str]) -> list[str]:
-        return [kind for kind in wanted if getattr(self, kind) is not None]
+        return [kind for kind in wanted if getattr(self, kind, None) is not None]
 
 
 @asynccontextmanager
@@ -142,11 +144,14 @@ def _say(console: Console, line: str) -> None:
 
 async def list_sessions(dsn: str | URL | None, *, limit: int, kinds: Sequence[str] = KINDS) -> dict[str, Any]:
     """The newest ``limit`` sessions of each kind, as JSON-ready data:
-    ``{"zett": [...], "rein": [...], "notes": [...]}``."""
+    ``{"zett": [...], "rein": [...], "openai": [...], "adk": [...], "notes": [...]}``
+    (ADK's in key order: see :func:`chatledger.tools.framework_sessions.list_frameworks`)."""
+    from .framework_sessions import list_frameworks, open_frameworks
+
     if limit < 1:
         raise ValueError("--limit must be at least 1")
     result: dict[str, Any] = {}
-    async with open_stores(dsn, kinds) as stores:
+    async with open_stores(dsn, kinds) as stores, open_frameworks(_existing(dsn), kinds) as frameworks:
         if stores.zett is not None:
             result["zett"] = [
                 {
@@ -171,7 +176,8 @@ async def list_sessions(dsn: str | URL | None, *, limit: int, kinds: Sequence[st
                 }
                 for info in await stores.rein.alist_sessions(limit=limit)
             ]
-        result["notes"] = stores.notes
+        result.update(await list_frameworks(frameworks, limit))
+        result["notes"] = stores.notes + frameworks.notes
     return result
 
 
@@ -206,6 +212,9 @@ def print_list(listing: dict[str, Any], console: Console, *, as_json: bool) -> N
         for row in listing["rein"]:
             table.add_row(row["id"], str(row["version"]), _when(datetime.fromisoformat(row["updated_at"])))
         console.print(table if listing["rein"] else "no rein sessions")
+    from .framework_sessions import print_tables
+
+    print_tables(listing, console)
 
 
 # -- show -----------------------------------------------------------------------------
@@ -236,16 +245,27 @@ def describe_zett_message(message: Any) -> str:
 
 
 async def show(
-    dsn: str | URL | None, session_id: str, console: Console, *, messages: int, kinds: Sequence[str] = KINDS
+    dsn: str | URL | None,
+    session_id: str,
+    console: Console,
+    *,
+    messages: int,
+    kinds: Sequence[str] = KINDS,
+    app_name: str | None = None,
+    user_id: str | None = None,
 ) -> bool:
-    """Print a session readably: a zett session's fields, checkpoint and tail (its last
-    ``messages`` raw messages after the checkpoint), a rein session's state and
-    messages. Returns whether any session has that id."""
+    """Print every session with the id ``session_id`` readably, one per kind (ADK: one
+    per app and user that has it, or only ``app_name``'s / ``user_id``'s): a zett
+    session's fields, checkpoint and tail (its last ``messages`` raw messages after the
+    checkpoint), a rein session's state and messages, an OpenAI session's live items,
+    an ADK session's state and events. Returns whether any session has that id."""
+    from .framework_sessions import open_frameworks, show_frameworks
+
     if messages < 0:
         raise ValueError("--messages must not be negative")
     found = False
-    async with open_stores(dsn, kinds) as stores:
-        for note in stores.notes:
+    async with open_stores(dsn, kinds) as stores, open_frameworks(_existing(dsn), kinds) as frameworks:
+        for note in stores.notes + frameworks.notes:
             _say(console, note)
         if stores.zett is not None:
             summary = await stores.zett.get_session(session_id)
@@ -257,6 +277,9 @@ async def show(
             if versioned is not None:
                 found = True
                 _show_rein(session_id, versioned, console, messages)
+        found |= await show_frameworks(
+            frameworks, session_id, console, messages=messages, app_name=app_name, user_id=user_id
+        )
     if not found:
         _say(console, f"no session {session_id!r}")
     return found

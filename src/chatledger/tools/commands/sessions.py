@@ -7,7 +7,11 @@ import argparse
 
 from rich.console import Console
 
+from ..kinds import KINDS
 from .shared import Command, add_dsn
+
+#: The kinds ``delete`` and ``purge`` handle so far (``list`` and ``show``: all of KINDS).
+_DELETED_KINDS = ("zett", "rein")
 
 #: What deleting a session leaves of its id, as ``sessions delete`` and ``purge`` say it.
 _RESERVED = (
@@ -20,24 +24,43 @@ _RESERVED = (
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    def action(
+        name: str, help: str, description: str | None = None, kinds: tuple[str, ...] = KINDS
+    ) -> argparse.ArgumentParser:
         sub = actions.add_parser(name, help=help, description=description or help)
         add_dsn(sub)
-        sub.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+        default = "both" if len(kinds) == 2 else "all"
+        sub.add_argument("--kind", choices=kinds, help=f"only this kind of session (default: {default})")
         return sub
 
-    listing = action("list", "the newest sessions, zett's and rein's")
+    listing = action(
+        "list",
+        "the newest sessions of each kind: zett, rein, openai (OpenAI Agents SDK), adk (Google ADK)",
+        "the newest sessions of each kind: zett, rein, openai (OpenAI Agents SDK) newest activity "
+        "first; adk (Google ADK) by app, user and id, with the app and user of each",
+    )
     listing.add_argument("--limit", type=int, default=20, metavar="N", help="sessions per kind (default: 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    show = action("show", "one session: its fields, checkpoint and raw-log tail (rein: its messages)")
+    show = action(
+        "show",
+        "every session with this id, of each kind: fields, checkpoint and raw-log tail (rein: "
+        "messages; openai: items; adk: state and events)",
+    )
     show.add_argument("id", metavar="ID")
     show.add_argument(
-        "--messages", type=int, default=50, metavar="N", help="show at most the last N messages (default: 50)"
+        "--messages",
+        type=int,
+        default=50,
+        metavar="N",
+        help="show at most the last N messages, items or events (default: 50)",
     )
+    show.add_argument("--app", metavar="APP", help="adk: only the session of this app_name")
+    show.add_argument("--user", metavar="USER", help="adk: only the session of this user_id")
     delete = action(
         "delete",
         "delete one session with its whole history (asks first)",
         f"delete one session with its whole history (asks first; exit 1 if not confirmed). {_RESERVED}",
+        _DELETED_KINDS,
     )
     delete.add_argument("id", metavar="ID")
     delete.add_argument("--yes", action="store_true", help="do not ask")
@@ -46,6 +69,7 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         "delete old sessions in batches (asks first)",
         "delete the sessions last active before a time and/or whose id starts with a prefix, in "
         f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
+        _DELETED_KINDS,
     )
     purge.add_argument(
         "--older-than",
@@ -70,7 +94,15 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
         sessions.print_list(listing, console, as_json=args.json)
         return 0
     if args.action == "show":
-        found = await sessions.show(args.dsn, args.id, console, messages=args.messages, kinds=kinds)
+        found = await sessions.show(
+            args.dsn,
+            args.id,
+            console,
+            messages=args.messages,
+            kinds=kinds,
+            app_name=args.app,
+            user_id=args.user,
+        )
         return 0 if found else 1
     if args.action == "delete":
         return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
