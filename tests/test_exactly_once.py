@@ -21,11 +21,10 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from rein import Message, Session
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -35,6 +34,7 @@ from zett_agent.messages import UserMessage
 from chatledger import OutcomeUnknown, StorageUnavailable, retention
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
+from chatledger.tools.bench.floor import RoundTrips
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
@@ -358,12 +358,18 @@ async def test_a_retention_delete_lost_in_its_commit_is_looked_up_and_the_run_go
             assert (await store.aload(id) if kind == "rein" else await storage.get_session(id)) is None
 
 
-#: The statements of one append, per backend: exactly-once adds none.
+#: The statements of one append, per backend: exactly-once adds none. SQLite sends no
+#: BEGIN of its own: sqlite3 begins the transaction with the counter upsert.
 APPEND_STATEMENTS = {
     "postgresql": ["WITH"],  # one statement: the counter upsert feeding the insert
     "mysql": ["INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
-    "sqlite": ["BEGIN IMMEDIATE", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
+    "sqlite": ["INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
 }
+#: Its round trips (SQLite: hops to aiosqlite's thread): the statements, and the BEGIN
+#: (PostgreSQL's drivers) and COMMIT; no ROLLBACK when the connection goes back to the
+#: pool. SQLite: a cursor, the statement, its fetch and its close per statement, then
+#: the COMMIT.
+APPEND_ROUND_TRIPS = {"postgresql": 3, "mysql": 3, "sqlite": 8}
 
 
 @pytest.mark.parametrize(
@@ -375,21 +381,26 @@ async def test_exactly_once_costs_the_append_no_statement(
     database: Database, session_id: str, fields: dict[str, str]
 ) -> None:
     """Neither exactly-once nor a title or agent name given (which the counter upsert
-    sets) costs the append a statement."""
+    sets) costs the append a statement, and its transaction costs no round trip of its
+    own at either end but the COMMIT (and the BEGIN of a driver that sends one). Counted
+    on appends past a session's first, which also looks up a high-water mark."""
     async with LedgerSessionStorage(database.url) as storage:
         await storage.append(session_id, "r", UserMessage(content="warm"), title="first", agent_name="first")
-        sent: list[str] = []
-
-        @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
-        def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-            sent.append(statement)
-
-        assert await storage.append(session_id, "r", UserMessage(content="counted"), **fields) == 2
-        expected = APPEND_STATEMENTS[database.backend]
-        assert len(sent) == len(expected), sent
-        assert all(
-            statement.lstrip().startswith(start) for statement, start in zip(sent, expected, strict=True)
-        )
+        await storage.append(session_id, "r", UserMessage(content="warm again"))
+        trips = RoundTrips(storage.ledger.engine)
+        try:
+            for sequence in (3, 4):
+                trips.reset()
+                assert (
+                    await storage.append(session_id, "r", UserMessage(content="counted"), **fields)
+                    == sequence
+                )
+                expected = APPEND_STATEMENTS[database.backend]
+                assert trips.statements == len(expected), trips.sent
+                assert all(sent.startswith(start) for sent, start in zip(trips.sent, expected, strict=True))
+                assert trips.round_trips == APPEND_ROUND_TRIPS[database.backend]
+        finally:
+            trips.close()
         summary = await storage.get_session(session_id)
         assert summary is not None
         assert (summary.title, summary.agent_name) == (

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import event, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
+from zett_agent.messages import UserMessage
 
 from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
@@ -100,3 +101,31 @@ async def test_synchronous_is_full_by_default(sqlite_url: URL, option: str | Non
 def test_synchronous_accepts_only_full_or_normal() -> None:
     with pytest.raises(ValueError, match="sqlite_synchronous"):
         Ledger("sqlite:////tmp/never-opened.sqlite3", sqlite_synchronous="OFF")
+
+
+async def test_the_append_is_begun_immediate_by_sqlite3(sqlite_url: URL) -> None:
+    """The append sends no BEGIN of its own: sqlite3 sends ``BEGIN IMMEDIATE`` itself,
+    right before the counter upsert (its first statement), so the append still holds
+    the write lock before it reads the counter; every other write still begins
+    explicitly (the test above)."""
+    async with LedgerSessionStorage(sqlite_url) as storage:
+        engine = storage.ledger.engine
+        executed: list[str] = []  # as SQLite ran them, sqlite3's own included
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _trace(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.run_async(lambda driver: driver.set_trace_callback(executed.append))
+
+        sent: list[str] = []
+
+        @event.listens_for(engine.sync_engine, "before_cursor_execute")
+        def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            sent.append(statement)
+
+        await storage.append("s", "r", UserMessage(content="first"))
+        sent.clear()
+        executed.clear()
+        assert await storage.append("s", "r", UserMessage(content="second")) == 2
+        assert not any(statement.startswith("BEGIN") for statement in sent)
+        assert [statement.split()[0] for statement in executed] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
+        assert executed[0] == "BEGIN IMMEDIATE"

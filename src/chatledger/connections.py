@@ -101,6 +101,10 @@ class Connections:
         #: read set once (``Engine.execution_options``: a copy sharing the pool and its
         #: events), so that a transaction does not set them per call.
         self.writer = self.engine.execution_options(**self.backend.write)
+        #: The engine of a write whose first statement writes (:attr:`Backend.first_write`).
+        self.first_writer = self.engine.execution_options(
+            **{**self.backend.write, **self.backend.first_write}
+        )
         self.reader = self.engine.execution_options(**self.backend.snapshot_read)
         #: Set by :meth:`close`: no call may start any more.
         self.closed = False
@@ -137,6 +141,7 @@ class Connections:
         spelling), instead of the database's default (:attr:`Backend.write_isolation_instead`)."""
         options = {**self.backend.write, "isolation_level": isolation_level}
         self.writer = self.engine.execution_options(**options)
+        self.first_writer = self.engine.execution_options(**{**options, **self.backend.first_write})
 
     def _create_engine(self, url: URL) -> AsyncEngine:
         """The ledger's own engine and pool for ``url`` (the primary or a replica), set up by
@@ -154,6 +159,8 @@ class Connections:
             "echo": self.options.echo,
             "connect_args": connect_args,
             "pool_pre_ping": self.options.pool_pre_ping and backend.server,
+            # Reset on return rolls back only an open transaction (configure_engine).
+            "pool_reset_on_return": None,
         }
         if self.options.pgbouncer:
             if not backend.pgbouncer:

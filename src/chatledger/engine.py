@@ -166,8 +166,15 @@ class Ledger:
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         session: str | None = None,
+        first_writes: bool = False,
     ) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
+
+        ``first_writes``: the first statement of ``work`` writes (an ``INSERT``,
+        ``UPDATE`` or ``DELETE``; the append's counter upsert), so that the driver may
+        begin the transaction with it, saving a round trip
+        (:attr:`chatledger.dialects.Backend.first_write`: SQLite). Never for work that
+        reads first: its reads would run before the transaction began.
 
         Retried (within ``retry_timeout`` seconds, see
         :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
@@ -208,7 +215,9 @@ class Ledger:
                 never retried, nothing written. No SQLAlchemy or driver error leaves
                 this call (:func:`chatledger.dialects.database_error`).
         """
-        return await self.transactions.write(work, settle=settle, write_id=write_id, session=session)
+        return await self.transactions.write(
+            work, settle=settle, write_id=write_id, session=session, first_writes=first_writes
+        )
 
     async def read(self, work: Work[T], *, replica: bool = False, session: str | None = None) -> T:
         """Run ``work`` in one snapshot-consistent read transaction (its isolation

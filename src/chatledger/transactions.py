@@ -132,11 +132,14 @@ class Transactions:
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         session: str | None = None,
+        first_writes: bool = False,
     ) -> T:
         """See :meth:`chatledger.engine.Ledger.write`."""
         positions = self.positions
         if session is None or positions is None:
-            return await self.run(work, write=True, settle=settle, write_id=write_id)
+            return await self.run(
+                work, write=True, settle=settle, write_id=write_id, first_writes=first_writes
+            )
         replication = self.backend.replication
         assert replication is not None
         captured: list[str | None] = []
@@ -145,7 +148,9 @@ class Transactions:
             captured.append(await replication.position(conn))
 
         try:
-            result = await self.run(work, write=True, settle=settle, write_id=write_id, after=remember)
+            result = await self.run(
+                work, write=True, settle=settle, write_id=write_id, after=remember, first_writes=first_writes
+            )
         except OutcomeUnknown:
             positions.wrote(session, None)  # perhaps committed, at a position unknown
             raise
@@ -168,12 +173,14 @@ class Transactions:
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         after: After | None = None,
+        first_writes: bool = False,
     ) -> T:
         """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
         of its own instead of a write's or a read's; ``ready=False``: without the schema
         check first (the check's own reads); ``after``: run on the connection of the
         transaction that succeeded (the work's or a settle's that found the write),
-        after its COMMIT; its failure is ignored."""
+        after its COMMIT; its failure is ignored; ``first_writes``: a write whose first
+        statement writes (:attr:`chatledger.dialects.Backend.first_write`)."""
         await self.prepare(ready=ready)
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
@@ -188,7 +195,9 @@ class Transactions:
                     if found is not None:
                         return found
                 try:
-                    return await self._attempt(work, write=write, options=options, after=after)
+                    return await self._attempt(
+                        work, write=write, options=options, after=after, first_writes=first_writes
+                    )
                 except _Retry as retry:
                     if retry.ambiguous:
                         ambiguous = retry.cause
@@ -294,6 +303,7 @@ class Transactions:
         write: bool,
         options: dict[str, Any] | None = None,
         after: After | None = None,
+        first_writes: bool = False,
     ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
         read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
@@ -302,7 +312,10 @@ class Transactions:
         by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         committing = committed = False
         try:
-            engine = self.connections.writer if write else self.connections.reader
+            if write:
+                engine = self.connections.first_writer if first_writes else self.connections.writer
+            else:
+                engine = self.connections.reader
             if options is not None:  # a call of its own kind (once per ledger): a copy for it
                 engine = self.engine.execution_options(**options)
             async with engine.connect() as conn:

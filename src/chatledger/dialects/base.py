@@ -168,6 +168,13 @@ def sync_connection(conn: AsyncConnection) -> Connection:
     return sync
 
 
+#: The ``chatledger_sqlite_begin`` mode of :attr:`Backend.first_write`: no ``BEGIN`` is
+#: sent, the driver begins the transaction right before its first write. On an engine
+#: the caller made, whose driver's own mode chatledger leaves alone, it is an explicit
+#: ``BEGIN IMMEDIATE``.
+BEGUN_BY_DRIVER = "driver"
+
+
 AUTOCOMMIT_FIX = (
     "chatledger runs every call as one transaction, so that a refused or failed write "
     "leaves nothing behind: create the engine without autocommit (no autocommit=True in "
@@ -378,6 +385,18 @@ class Backend:
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Execution options of a write transaction.
     write: dict[str, Any] = field(default_factory=dict)
+    #: Execution options, over :attr:`write`'s, of a write whose first statement writes
+    #: (the append's counter upsert): SQLite sends no ``BEGIN`` of its own, since
+    #: sqlite3 begins the transaction (:attr:`driver_begin`) right before that
+    #: statement, in the same call on aiosqlite's thread. A write that reads first
+    #: must not take them: its reads would run before the transaction.
+    first_write: dict[str, Any] = field(default_factory=dict)
+    #: Whether a pooled DBAPI connection (SQLAlchemy's adapted one) has a transaction
+    #: open, read from the driver's state without a round trip. The pool's reset on
+    #: return of chatledger's own engines rolls back only then
+    #: (:func:`chatledger.dialects.configure_engine`): a connection whose transaction
+    #: committed costs no ``ROLLBACK``, and none is pooled mid-transaction.
+    transaction_open: Callable[[Any], bool] = field(default=_lacking("transaction_open"), metadata=_REQUIRED)
     #: Reads the isolation level a write transaction runs at (once per ledger, at its
     #: schema check); ``None``: the backend states it in :attr:`write` or has one level.
     write_isolation_query: str | None = None
@@ -394,6 +413,11 @@ class Backend:
     #: (on an engine the caller owns: from :attr:`foreign_begin`), the mode taken from
     #: the ``chatledger_sqlite_begin`` execution option (SQLite).
     explicit_begin: bool = False
+    #: sqlite3's ``isolation_level`` of every connection of an engine chatledger made,
+    #: with :attr:`explicit_begin`: the ``BEGIN`` sqlite3 sends itself before the first
+    #: ``INSERT``/``UPDATE``/``DELETE`` of a transaction that began none explicitly
+    #: (:attr:`first_write`); ``None``: sqlite3 never begins one.
+    driver_begin: str | None = None
     #: Largest statement the server takes, in bytes, when no query says otherwise:
     #: PostgreSQL's 1 GB field limit, SQLite's default ``SQLITE_MAX_LENGTH``.
     statement_limit: int = 1_000_000_000
@@ -523,6 +547,17 @@ class Backend:
     analyze: str = field(default="", metadata=_REQUIRED)
     #: Query of the server's name and version.
     server_version: str = field(default="", metadata=_REQUIRED)
+    #: Whether the driver sends a transaction's ``BEGIN`` as a round trip of its own,
+    #: before the first statement (asyncpg, psycopg); aiomysql sends none (the server
+    #: begins a transaction with its first statement), aiosqlite's hops are counted.
+    begin_round_trip: bool = False
+    #: Counts the driver's own requests on a DBAPI connection where they can be told
+    #: apart from the statements: calls the given function on each, and returns the
+    #: function that stops it. aiosqlite: each hop to the connection's thread (a
+    #: cursor, a statement, a fetch, a COMMIT each take one). ``None``: the round trips
+    #: are the statements, the ``BEGIN`` (:attr:`begin_round_trip`), ``COMMIT`` and
+    #: ``ROLLBACK``. For the benchmark (:mod:`chatledger.tools.bench.floor`).
+    count_requests: Callable[[Any, Callable[[], None]], Callable[[], None]] | None = None
     #: The variant of chatledger's append measured beside its default: a label and the
     #: store options that make it.
     bench_variant: tuple[str, dict[str, Any]] = ("pre-ping", {"pool_pre_ping": True})

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolResetState
 
 from ..errors import missing_extra
 from ..options import LedgerOptions
@@ -56,22 +57,43 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     new connection (SQLite's WAL, its size limit, busy timeout and synchronous pragmas;
     MySQL's lock wait timeout), and on SQLite explicit transactions.
 
-    SQLite: sqlite3's own transaction handling is switched off
-    (``isolation_level = None``) and every transaction begins with an explicit
-    ``BEGIN`` from the ``begin`` event: ``BEGIN IMMEDIATE`` for a write, so it holds
-    the write lock before its first statement, and a deferred ``BEGIN`` for a read,
-    whose snapshot starts with its first statement (WAL mode: it blocks no writer).
-    The mode comes from the ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE``
-    when none is given. SQLAlchemy's pysqlite / aiosqlite documentation,
-    "Serializable isolation / Savepoints / Transactional DDL"."""
+    SQLite: every transaction begins with an explicit ``BEGIN`` from the ``begin``
+    event: ``BEGIN IMMEDIATE`` for a write, so it holds the write lock before its
+    first statement, and a deferred ``BEGIN`` for a read, whose snapshot starts with
+    its first statement (WAL mode: it blocks no writer). The mode comes from the
+    ``chatledger_sqlite_begin`` execution option, ``IMMEDIATE`` when none is given.
+    SQLAlchemy's pysqlite / aiosqlite documentation, "Serializable isolation /
+    Savepoints / Transactional DDL". A write whose first statement writes
+    (:attr:`Backend.first_write`, the append) sends none: sqlite3's
+    ``isolation_level`` is :attr:`Backend.driver_begin` (``IMMEDIATE``), so sqlite3
+    sends ``BEGIN IMMEDIATE`` itself right before that statement, in the same hop to
+    aiosqlite's thread. (sqlite3 begins nothing before a ``SELECT`` or a pragma, and
+    nothing in a transaction begun explicitly.)
+
+    The pool's reset on return (``pool_reset_on_return=None`` on the engine, see
+    :mod:`chatledger.connections`) rolls back only a connection whose driver has a
+    transaction open (:attr:`Backend.transaction_open`): a connection returned after
+    its COMMIT costs no ``ROLLBACK``, one returned mid-transaction (a task cancelled,
+    a statement run on the raw connection) is rolled back before it is pooled, and
+    one the rollback fails on is discarded by the pool."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)
     explicit_begin = backend.explicit_begin
+    driver_begin = backend.driver_begin
+    transaction_open = backend.transaction_open
+    dialect = engine.sync_engine.dialect
+
+    @event.listens_for(engine.sync_engine, "reset")
+    def _reset(dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
+        # Not asyncio_safe: garbage collected outside its event loop, the pool
+        # terminates it (nothing can be awaited here).
+        if state.asyncio_safe and transaction_open(dbapi_connection):
+            dialect.do_rollback(dbapi_connection)  # what the pool's own reset calls
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         if explicit_begin:
-            dbapi_connection.isolation_level = None
+            dbapi_connection.isolation_level = driver_begin
         if not statements:
             return
         cursor = dbapi_connection.cursor()
@@ -87,12 +109,13 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
 
 def _begin_explicitly(engine: AsyncEngine) -> None:
     """Every transaction of ``engine`` begins with ``BEGIN <chatledger_sqlite_begin>``
-    (``IMMEDIATE`` when the option is not given; none when it is ``None``)."""
+    (``IMMEDIATE`` when the option is not given; none when it is ``None`` or
+    :data:`BEGUN_BY_DRIVER`)."""
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
-        if mode:
+        if mode and mode != base.BEGUN_BY_DRIVER:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
 

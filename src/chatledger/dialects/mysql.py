@@ -354,6 +354,12 @@ def configure_galera(engine: AsyncEngine) -> None:
         dbapi_connection.rollback()
 
 
+def _transaction_open_mysql(dbapi_connection: Any) -> bool:
+    # The server status flag of the last reply (SERVER_STATUS_IN_TRANS), as aiomysql
+    # keeps it: set by the first statement of a transaction, cleared by its end.
+    return bool(dbapi_connection.driver_connection.get_transaction_status())
+
+
 class Utf8Varbinary(mysql.VARBINARY):
     """``VARBINARY`` bound as a str: MySQL stores the utf8mb4 connection's bytes (the id
     type here, :class:`chatledger.types.Id`)."""
@@ -494,6 +500,7 @@ AIOMYSQL = Backend(
     driver_extra="mysql",
     check_foreign=_check_foreign_mysql,
     add_listeners=no_listeners,
+    transaction_open=_transaction_open_mysql,
     # ER_NET_PACKET_TOO_LARGE
     too_large_codes=frozenset({1153}),
     schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE

@@ -373,6 +373,24 @@ _REPLICATION = Replication(
 )
 
 
+def _transaction_open_asyncpg(dbapi_connection: Any) -> bool:
+    # SQLAlchemy's adapter holds the asyncpg Transaction it began and begins the next
+    # only once that one is gone (its rollback discards it): either open counts.
+    return (
+        getattr(dbapi_connection, "_transaction", None) is not None
+        or dbapi_connection.driver_connection.is_in_transaction()
+    )
+
+
+def _transaction_open_psycopg(dbapi_connection: Any) -> bool:
+    # libpq's transaction status of the last reply: anything but idle (in a
+    # transaction, in a failed one, a query under way, a broken connection) is rolled
+    # back, or the connection discarded when that fails.
+    from psycopg.pq import TransactionStatus
+
+    return bool(dbapi_connection.driver_connection.info.transaction_status != TransactionStatus.IDLE)
+
+
 ASYNCPG = Backend(
     name="postgresql",
     display_name="PostgreSQL",
@@ -444,6 +462,8 @@ ASYNCPG = Backend(
     write_isolation_instead={"repeatable read": "READ COMMITTED"},
     connect_args=_postgresql_connect_args,
     add_listeners=no_listeners,
+    transaction_open=_transaction_open_asyncpg,
+    begin_round_trip=True,
     driver="asyncpg",
     driver_extra="postgres",
     pgbouncer_connect_args=_asyncpg_pgbouncer_args,
@@ -491,4 +511,5 @@ PSYCOPG = replace(
     pgbouncer_connect_args=_psycopg_pgbouncer_args,
     driver_aliases=("psycopg_async",),
     resolve_dsn=_resolve_dsn_psycopg,
+    transaction_open=_transaction_open_psycopg,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import (
     asynccontextmanager,
     contextmanager,
@@ -33,6 +33,7 @@ from ..options import LedgerOptions
 from .appends import MESSAGE_INSERT, append_params, counter_upsert, save_rein_returning
 from .base import (
     AUTOCOMMIT_FIX,
+    BEGUN_BY_DRIVER,
     Backend,
     Collations,
     OfflineScript,
@@ -143,6 +144,30 @@ def _sqlite_session_setup(options: LedgerOptions) -> tuple[str, ...]:
     )
 
 
+def _transaction_open_sqlite(dbapi_connection: Any) -> bool:
+    # sqlite3 reads in_transaction from any thread (sqlite3_get_autocommit): no hop.
+    return bool(dbapi_connection.driver_connection.in_transaction)
+
+
+def _count_hops(dbapi_connection: Any, tick: Callable[[], None]) -> Callable[[], None]:
+    """Every hop to aiosqlite's thread goes through its connection's ``_execute``:
+    counted there, on this one connection."""
+    driver = dbapi_connection.driver_connection
+    queue = driver._execute
+
+    async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        tick()
+        return await queue(fn, *args, **kwargs)
+
+    driver._execute = counted
+
+    def stop() -> None:
+        if driver.__dict__.get("_execute") is counted:
+            del driver._execute
+
+    return stop
+
+
 def _check_foreign_sqlite(conn: Connection) -> None:
     """An engine the caller made: the file goes to WAL mode, as chatledger's own
     connections put it (the mode is the file's, kept for every connection)."""
@@ -153,8 +178,8 @@ def _check_foreign_sqlite(conn: Connection) -> None:
 async def _begin_sqlite_foreign(conn: AsyncConnection) -> None:
     """SQLite, on an engine the caller made: the ledger's transaction begins with an
     explicit ``BEGIN <chatledger_sqlite_begin>`` (``IMMEDIATE`` when the option is not
-    given, none when it is ``None``), as on chatledger's own engines
-    (:func:`configure_engine`).
+    given or is :data:`BEGUN_BY_DRIVER`, none when it is ``None``), as on chatledger's
+    own engines (:func:`configure_engine`), whose sqlite3 begins an append itself.
 
     Emitted here, after the engine's own ``begin`` listeners (SQLAlchemy runs those
     of an engine copy first, then the engine's). An engine set up by SQLAlchemy's
@@ -179,6 +204,8 @@ async def _begin_sqlite_foreign(conn: AsyncConnection) -> None:
     if driver.in_transaction:
         await conn.exec_driver_sql("ROLLBACK")
     mode = sync.get_execution_options().get("chatledger_sqlite_begin", "IMMEDIATE")
+    if mode == BEGUN_BY_DRIVER:  # the caller's sqlite3 may begin deferred, or never
+        mode = "IMMEDIATE"
     if mode:
         await conn.exec_driver_sql(f"BEGIN {mode}")
 
@@ -374,6 +401,12 @@ AIOSQLITE = Backend(
     # everything it reads is current and two writers never deadlock upgrading a
     # read lock.
     write={"chatledger_sqlite_begin": "IMMEDIATE"},
+    # The append's first statement is its counter upsert: sqlite3 sends BEGIN IMMEDIATE
+    # right before it, in the same hop to aiosqlite's thread.
+    first_write={"chatledger_sqlite_begin": BEGUN_BY_DRIVER},
+    driver_begin="IMMEDIATE",
+    transaction_open=_transaction_open_sqlite,
+    count_requests=_count_hops,
     session_setup=_sqlite_session_setup,
     explicit_begin=True,
     server=False,

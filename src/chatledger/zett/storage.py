@@ -379,8 +379,9 @@ class LedgerSessionStorage:
             return int(stored.sequence)
 
         try:
+            # The counter upsert is the work's first statement (first_writes).
             return await self.ledger.write(
-                work, settle=settle, write_id=row["id"], session=session_values["id"]
+                work, settle=settle, write_id=row["id"], session=session_values["id"], first_writes=True
             )
         except ConstraintViolation as error:
             # Not this write's own, committed before (settle found none): a duplicate

@@ -1,0 +1,107 @@
+"""The pool's reset on return rolls back only an open transaction, and never pools a
+connection mid-transaction: one whose driver has a transaction open (a statement sent
+behind SQLAlchemy's back, a task cancelled in the middle of its work) is rolled back
+before it is pooled, so the next checkout starts clean and no lock stays held."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chatledger.engine import Ledger
+
+from .conftest import Database
+
+
+async def _probe_table(ledger: Ledger, name: str) -> None:
+    async with ledger.engine.begin() as conn:
+        await conn.execute(text(f"CREATE TABLE {name} (id INTEGER)"))
+
+
+async def _count(ledger: Ledger, name: str) -> int:
+    return int(await ledger.read(lambda conn: conn.scalar(text(f"SELECT count(*) FROM {name}"))))
+
+
+async def _pooled_open(ledger: Ledger, conn: AsyncConnection) -> bool:
+    raw = await conn.get_raw_connection()
+    return ledger.backend.transaction_open(raw.dbapi_connection)
+
+
+async def test_a_connection_returned_mid_transaction_is_rolled_back(database: Database) -> None:
+    ledger = Ledger(database.url)
+    try:
+        await ledger.ensure_ready()
+        await _probe_table(ledger, "reset_mid")
+
+        def behind_sqlalchemy(sync: Connection) -> None:
+            # On the DBAPI connection: SQLAlchemy's Connection knows of no transaction,
+            # so only the pool's reset on return can end it.
+            cursor: Any = sync.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute("INSERT INTO reset_mid (id) VALUES (1)")
+            cursor.close()
+
+        async with ledger.engine.connect() as conn:
+            await conn.run_sync(behind_sqlalchemy)
+            assert await _pooled_open(ledger, conn)
+        async with ledger.engine.connect() as conn:
+            assert not await _pooled_open(ledger, conn)
+        assert await _count(ledger, "reset_mid") == 0  # rolled back, and no write lock left held
+        await ledger.write(lambda conn: conn.execute(text("INSERT INTO reset_mid (id) VALUES (2)")))
+        assert await _count(ledger, "reset_mid") == 1
+    finally:
+        await ledger.close()
+
+
+async def test_a_cancelled_write_leaves_no_transaction_in_the_pool(database: Database) -> None:
+    ledger = Ledger(database.url)
+    try:
+        await ledger.ensure_ready()
+        await _probe_table(ledger, "reset_cancelled")
+        inserted = asyncio.Event()
+
+        async def work(conn: AsyncConnection) -> None:
+            await conn.execute(text("INSERT INTO reset_cancelled (id) VALUES (1)"))
+            inserted.set()
+            await asyncio.Event().wait()  # cancelled here, mid-transaction
+
+        task = asyncio.create_task(ledger.write(work))
+        await asyncio.wait_for(inserted.wait(), 30)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        async with ledger.engine.connect() as conn:
+            assert not await _pooled_open(ledger, conn)
+        assert await _count(ledger, "reset_cancelled") == 0
+        await ledger.write(lambda conn: conn.execute(text("INSERT INTO reset_cancelled (id) VALUES (2)")))
+        assert await _count(ledger, "reset_cancelled") == 1
+    finally:
+        await ledger.close()
+
+
+async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
+    """A connection returned after its COMMIT has no transaction open: the pool sends
+    nothing (counted as SQLAlchemy would send it: by the dialect's rollback)."""
+    ledger = Ledger(database.url)
+    rollbacks: list[object] = []
+    dialect = ledger.engine.sync_engine.dialect
+    do_rollback = dialect.do_rollback
+
+    def counted(dbapi_connection: Any) -> None:
+        rollbacks.append(dbapi_connection)
+        do_rollback(dbapi_connection)
+
+    try:
+        await ledger.ensure_ready()
+        await _probe_table(ledger, "reset_committed")
+        dialect.do_rollback = counted  # type: ignore[method-assign]
+        for number in range(3):
+            await ledger.write(
+                lambda conn, n=number: conn.execute(text(f"INSERT INTO reset_committed VALUES ({n})"))
+            )
+        assert rollbacks == []
+        assert await _count(ledger, "reset_committed") == 3
+    finally:
+        dialect.do_rollback = do_rollback  # type: ignore[method-assign]
+        await ledger.close()
