@@ -287,6 +287,7 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
             "field save_rein_session",
             "field greatest",
             "field transient_codes",
+            "field transaction_open",
             "field storage_size",
             "field db_system",
             "field resolve_dsn",
