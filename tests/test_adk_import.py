@@ -4,11 +4,13 @@ ADK's own service returns (events, state), without ``temp:`` state."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from google.adk.events import Event, EventActions
 from google.adk.sessions import DatabaseSessionService, Session
+from google.adk.sessions.schemas import v1
 from sqlalchemy.engine import URL
 
 from chatledger import ConfigurationError
@@ -42,6 +44,21 @@ async def adk_store(path: Path) -> str:
                     actions=EventActions(state_delta=delta),
                 )
                 await service.append_event(session, event)
+        # ADK's service never stores a partial event; one written by hand is skipped.
+        partial = Event(author="model", invocation_id="inv-p", id="s-1-partial", partial=True)
+        async with service.db_engine.begin() as conn:
+            await conn.execute(
+                v1.StorageEvent.__table__.insert(),
+                {
+                    "id": partial.id,
+                    "app_name": "shop",
+                    "user_id": "u1",
+                    "session_id": "s-1",
+                    "invocation_id": partial.invocation_id,
+                    "timestamp": datetime.fromtimestamp(partial.timestamp, UTC).replace(tzinfo=None),
+                    "event_data": partial.model_dump(exclude_none=True, mode="json"),
+                },
+            )
     finally:
         await service.close()
     return url
@@ -61,7 +78,9 @@ async def adk_sessions(url: str) -> list[Session]:
 
 
 def _shape(session: Session) -> tuple[object, ...]:
-    events = [event.model_dump(exclude_none=True, mode="json") for event in session.events]
+    events = [
+        event.model_dump(exclude_none=True, mode="json") for event in session.events if not event.partial
+    ]
     return session.app_name, session.user_id, session.id, events, session.state
 
 
@@ -75,7 +94,7 @@ async def test_adks_tables_are_imported_once_with_a_dry_run_first(database: Data
         assert await service.get_session(app_name="shop", user_id="u1", session_id="s-1") is None
         report = await import_adk(source, database.url)
         # 3 sessions, 6 events; app:/user: state rows: app shop, users u1 and u2.
-        assert (report.sessions, report.events, report.states, report.skipped) == (3, 6, 3, 0)
+        assert (report.sessions, report.events, report.states, report.skipped) == (3, 6, 3, 1)
         assert (report.identical, report.differing, report.clean) == (0, 0, True)
         for want in expected:
             got = await service.get_session(app_name=want.app_name, user_id=want.user_id, session_id=want.id)
