@@ -60,6 +60,12 @@ def _configure_import(parser: argparse.ArgumentParser) -> None:
         "wrote (its agent_sessions/agent_messages tables), never chatledger's own",
     )
     parser.add_argument(
+        "--adk",
+        metavar="DSN",
+        help="instead of FILE: the database Google ADK's DatabaseSessionService wrote (its sessions, "
+        "events, app_states and user_states tables)",
+    )
+    parser.add_argument(
         "--messages-table", default="agent_messages", help="with --openai-sdk: its message table"
     )
     parser.add_argument(
@@ -68,7 +74,7 @@ def _configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="with --openai-sdk: count what would be imported; write nothing",
+        help="with --openai-sdk or --adk: count what would be imported; write nothing",
     )
 
 
@@ -130,10 +136,12 @@ def _by_framework(report: Any, verb: str) -> list[str]:
 
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
-    if (args.file is None) == (args.openai_sdk is None):
-        raise ValueError("give FILE or --openai-sdk DSN (one of them)")
+    if [args.file, args.openai_sdk, args.adk].count(None) != 2:
+        raise ValueError("give FILE, --openai-sdk DSN or --adk DSN (one of them)")
     if args.openai_sdk is not None:
         return await _import_openai(args, console)
+    if args.adk is not None:
+        return await _import_adk(args, console)
     from ..transfer import import_file
 
     report = await import_file(args.dsn, args.file, console=console, say=lambda line: say(console, line))
@@ -157,6 +165,26 @@ async def _import_openai(args: argparse.Namespace, console: Console) -> int:
         f"{verb} {counted(report.imported, 'OpenAI Agents session')} ({counted(report.items, 'item')}); "
         f"{report.identical:,} already there and identical, skipped; {report.differing:,} differing, "
         f"left alone; {counted(report.corrupt, 'source row')} not JSON, skipped",
+    )
+    return 0 if report.clean else 1
+
+
+async def _import_adk(args: argparse.Namespace, console: Console) -> int:
+    from ..adk_import import import_adk
+
+    args.dsn = [args.adk, args.dsn]  # both, for run() to mask their passwords
+    report = await import_adk(args.adk, args.dsn[1], dry_run=args.dry_run)
+    if report.report is not None:
+        for line in report.report.problems:
+            say(console, line)
+    verb = "would import" if report.dry_run else "imported"
+    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
+    say(
+        console,
+        f"{verb} {counted(report.sessions, 'ADK session')} ({counted(report.events, 'event')}, "
+        f"{counted(report.states, 'app:/user: state row')}); {report.identical:,} {there}; "
+        f"{report.differing:,} differing, left alone; {report.failed:,} refused; "
+        f"{counted(report.skipped, 'partial event')} skipped",
     )
     return 0 if report.clean else 1
 

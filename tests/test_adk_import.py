@@ -1,0 +1,144 @@
+"""``chatledger import --adk``: Google ADK's own ``DatabaseSessionService`` tables into
+chatledger's, on every target; read back with ``LedgerSessionService`` they are what
+ADK's own service returns (events, state), without ``temp:`` state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from google.adk.events import Event, EventActions
+from google.adk.sessions import DatabaseSessionService, Session
+from google.adk.sessions.schemas import v1
+from sqlalchemy.engine import URL
+
+from chatledger import ConfigurationError
+from chatledger.adk import LedgerSessionService
+from chatledger.engine import Ledger
+from chatledger.tools import cli
+from chatledger.tools.adk_import import import_adk
+
+from .conftest import Database
+
+SESSIONS = (("shop", "u1", "s-1", 3), ("shop", "u1", "s-2", 2), ("shop", "u2", "s-1", 1))
+
+
+async def adk_store(path: Path) -> str:
+    """A SQLite file ADK's DatabaseSessionService wrote: events with app:, user:,
+    temp: and session state deltas, one pair of events at the same instant."""
+    url = f"sqlite+aiosqlite:///{path}"
+    service = DatabaseSessionService(url)
+    try:
+        for app, user, id, count in SESSIONS:
+            session = await service.create_session(
+                app_name=app, user_id=user, session_id=id, state={"step": 0, "user:seen": id}
+            )
+            for n in range(count):
+                delta = {"step": n + 1, "app:last": f"{user}/{id}/{n}", f"user:{id}": n, "temp:scratch": n}
+                event = Event(
+                    author="user",
+                    invocation_id=f"inv-{n}",
+                    id=f"{id}-e{n}",
+                    timestamp=1_772_357_415.125 + (n // 2),  # events 0 and 1: one instant
+                    actions=EventActions(state_delta=delta),
+                )
+                await service.append_event(session, event)
+        # ADK's service never stores a partial event; one written by hand is skipped.
+        partial = Event(author="model", invocation_id="inv-p", id="s-1-partial", partial=True)
+        async with service.db_engine.begin() as conn:
+            await conn.execute(
+                v1.StorageEvent.__table__.insert(),
+                {
+                    "id": partial.id,
+                    "app_name": "shop",
+                    "user_id": "u1",
+                    "session_id": "s-1",
+                    "invocation_id": partial.invocation_id,
+                    "timestamp": datetime.fromtimestamp(partial.timestamp, UTC).replace(tzinfo=None),
+                    "event_data": partial.model_dump(exclude_none=True, mode="json"),
+                },
+            )
+    finally:
+        await service.close()
+    return url
+
+
+async def adk_sessions(url: str) -> list[Session]:
+    service = DatabaseSessionService(url)
+    try:
+        found = []
+        for app, user, id, _ in SESSIONS:
+            session = await service.get_session(app_name=app, user_id=user, session_id=id)
+            assert session is not None
+            found.append(session)
+        return found
+    finally:
+        await service.close()
+
+
+def _shape(session: Session) -> tuple[object, ...]:
+    events = [
+        event.model_dump(exclude_none=True, mode="json") for event in session.events if not event.partial
+    ]
+    return session.app_name, session.user_id, session.id, events, session.state
+
+
+async def test_adks_tables_are_imported_once_with_a_dry_run_first(database: Database, tmp_path: Path) -> None:
+    source = await adk_store(tmp_path / "adk.sqlite3")
+    expected = await adk_sessions(source)
+    assert all(not key.startswith("temp:") for session in expected for key in session.state)
+    dry = await import_adk(source, database.url, dry_run=True)
+    assert (dry.sessions, dry.events, dry.states, dry.identical, dry.dry_run) == (3, 6, 3, 0, True)
+    async with LedgerSessionService(database.url) as service:
+        assert await service.get_session(app_name="shop", user_id="u1", session_id="s-1") is None
+        report = await import_adk(source, database.url)
+        # 3 sessions, 6 events; app:/user: state rows: app shop, users u1 and u2.
+        assert (report.sessions, report.events, report.states, report.skipped) == (3, 6, 3, 1)
+        assert (report.identical, report.differing, report.clean) == (0, 0, True)
+        for want in expected:
+            got = await service.get_session(app_name=want.app_name, user_id=want.user_id, session_id=want.id)
+            assert got is not None
+            assert _shape(got) == _shape(want)
+            assert [event.id for event in got.events] == sorted(event.id for event in got.events)
+        again = await import_adk(source, database.url)  # a re-run writes nothing
+        assert (again.sessions, again.events, again.states, again.identical, again.clean) == (
+            0,
+            0,
+            0,
+            6,
+            True,
+        )
+        session = await service.get_session(app_name="shop", user_id="u2", session_id="s-1")
+        assert session is not None
+        await service.append_event(session, Event(author="user", invocation_id="later"))
+    changed = await import_adk(source, database.url)
+    assert (changed.sessions, changed.differing, changed.clean) == (0, 1, False)
+    assert changed.identical == 5  # two sessions and three state rows
+
+
+async def test_a_chatledger_database_or_one_without_adks_tables_is_refused(tmp_path: Path) -> None:
+    target = URL.create("sqlite+aiosqlite", database=str(tmp_path / "target.sqlite3"))
+    with pytest.raises(ValueError, match="is the target"):
+        await import_adk(target, target)
+    other = URL.create("sqlite+aiosqlite", database=str(tmp_path / "other.sqlite3"))
+    ledger = Ledger(other)
+    await ledger.ensure_ready()
+    await ledger.close()
+    with pytest.raises(ConfigurationError, match="is a chatledger database"):
+        await import_adk(other, target)
+    empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
+    with pytest.raises(ConfigurationError, match="has no table 'sessions'"):
+        await import_adk(empty, target)
+
+
+async def test_the_import_command_counts_and_dry_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = await adk_store(tmp_path / "adk.sqlite3")
+    target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
+    assert await cli.run(["import", "--dsn", target, "--adk", source, "--dry-run"]) == 0
+    assert "would import 3 ADK sessions (6 events, 3 app:/user: state rows)" in capsys.readouterr().out
+    assert await cli.run(["import", "--dsn", target, "--adk", source]) == 0
+    assert "imported 3 ADK sessions (6 events, 3 app:/user: state rows)" in capsys.readouterr().out
+    assert await cli.run(["import", "--dsn", target, "--adk", source, "--openai-sdk", source]) == 2
