@@ -353,12 +353,6 @@ class Backend:
     #: session it asks for (``target_session_attrs``), as while a cluster promotes a
     #: standby. Retried like a lost connection.
     unavailable_exceptions: frozenset[str] = frozenset()
-    #: Driver exception class names that, carrying no error code (raised by the client
-    #: library, not sent by the server), say the connection failed: psycopg's
-    #: ``OperationalError`` of a reply libpq could not read ("consuming input failed"),
-    #: raised before the connection reads as broken. Retried, or settled, like a lost
-    #: connection; with a code they keep the code's meaning (a full disk stays full).
-    unavailable_uncoded: frozenset[str] = frozenset()
     #: Driver error codes of a configuration the server refuses, each with the hint
     #: of what to fix; ``{database}`` and ``{user}`` name the DSN's.
     configuration_hints: dict[str | int, str] = field(default_factory=dict)
@@ -718,7 +712,6 @@ def classify(dialect: str | Backend, error: DBAPIError) -> Failure:
         or isinstance(error.orig, OSError)
         or code in backend.unavailable_codes
         or backend.unavailable_exceptions & _class_names(error.orig)
-        or (code is None and backend.unavailable_uncoded & _class_names(error.orig))
     ):
         return Failure.CONNECTION
     if code in backend.read_only_codes:

@@ -505,8 +505,6 @@ PSYCOPG = replace(
     transient_exceptions=frozenset(),
     transient_routines=frozenset({("0A000", "RevalidateCachedQuery")}),
     message_codes=_PSYCOPG_CONNECT_CODES,
-    # libpq's own failures carry no SQLSTATE; the server's always do.
-    unavailable_uncoded=frozenset({"OperationalError"}),
     connect_args=_psycopg_connect_args,
     driver="psycopg",
     driver_extra="psycopg",
