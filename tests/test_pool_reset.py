@@ -30,6 +30,12 @@ async def _pooled_open(ledger: Ledger, conn: AsyncConnection) -> bool:
     return ledger.backend.transaction_open(raw.dbapi_connection)
 
 
+#: Whether the backend's ``transaction_open`` reads the driver's state exactly; MySQL's
+#: says always (a read's transaction is not in the reply's flag), so its probe is not
+#: asked, and the rows and the later write tell instead.
+EXACT_PROBE = {"postgresql": True, "sqlite": True, "mysql": False}
+
+
 async def test_a_connection_returned_mid_transaction_is_rolled_back(database: Database) -> None:
     ledger = Ledger(database.url)
     try:
@@ -47,7 +53,7 @@ async def test_a_connection_returned_mid_transaction_is_rolled_back(database: Da
             await conn.run_sync(behind_sqlalchemy)
             assert await _pooled_open(ledger, conn)
         async with ledger.engine.connect() as conn:
-            assert not await _pooled_open(ledger, conn)
+            assert not await _pooled_open(ledger, conn) or not EXACT_PROBE[database.backend]
         assert await _count(ledger, "reset_mid") == 0  # rolled back, and no write lock left held
         await ledger.write(lambda conn: conn.execute(text("INSERT INTO reset_mid (id) VALUES (2)")))
         assert await _count(ledger, "reset_mid") == 1
@@ -72,7 +78,7 @@ async def test_a_cancelled_write_leaves_no_transaction_in_the_pool(database: Dat
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         async with ledger.engine.connect() as conn:
-            assert not await _pooled_open(ledger, conn)
+            assert not await _pooled_open(ledger, conn) or not EXACT_PROBE[database.backend]
         assert await _count(ledger, "reset_cancelled") == 0
         await ledger.write(lambda conn: conn.execute(text("INSERT INTO reset_cancelled (id) VALUES (2)")))
         assert await _count(ledger, "reset_cancelled") == 1
@@ -80,9 +86,15 @@ async def test_a_cancelled_write_leaves_no_transaction_in_the_pool(database: Dat
         await ledger.close()
 
 
+#: The pool's rollbacks after 3 committed writes: none where the driver tells a
+#: transaction open, one per return on MySQL, whose reply flag misses a read's.
+ROLLBACKS_AFTER_COMMITS = {"postgresql": 0, "sqlite": 0, "mysql": 3}
+
+
 async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
     """A connection returned after its COMMIT has no transaction open: the pool sends
-    nothing (counted as SQLAlchemy would send it: by the dialect's rollback)."""
+    nothing (counted as SQLAlchemy would send it: by the dialect's rollback), except on
+    MySQL, where a read's transaction cannot be told from the driver's state."""
     ledger = Ledger(database.url)
     rollbacks: list[object] = []
     dialect = ledger.engine.sync_engine.dialect
@@ -100,7 +112,7 @@ async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
             await ledger.write(
                 lambda conn, n=number: conn.execute(text(f"INSERT INTO reset_committed VALUES ({n})"))
             )
-        assert rollbacks == []
+        assert len(rollbacks) == ROLLBACKS_AFTER_COMMITS[database.backend]
         assert await _count(ledger, "reset_committed") == 3
     finally:
         dialect.do_rollback = do_rollback  # type: ignore[method-assign]

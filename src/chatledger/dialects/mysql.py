@@ -355,9 +355,11 @@ def configure_galera(engine: AsyncEngine) -> None:
 
 
 def _transaction_open_mysql(dbapi_connection: Any) -> bool:
-    # The server status flag of the last reply (SERVER_STATUS_IN_TRANS), as aiomysql
-    # keeps it: set by the first statement of a transaction, cleared by its end.
-    return bool(dbapi_connection.driver_connection.get_transaction_status())
+    # Always, so the pool's reset always rolls back, as SQLAlchemy's own does: the
+    # reply's SERVER_STATUS_IN_TRANS is not set by a read with autocommit off, yet
+    # InnoDB holds its REPEATABLE READ snapshot and its shared locks (MariaDB 10.11,
+    # a plain SELECT or LOCK IN SHARE MODE: information_schema.innodb_trx shows it).
+    return True
 
 
 class Utf8Varbinary(mysql.VARBINARY):
