@@ -155,8 +155,9 @@ _PROTOCOL_HINT = (
 )
 
 
-#: psycopg's failures to connect carry no SQLSTATE, only the server's message (libpq
-#: gives the error of a connection attempt as text): the codes the messages stand for,
+#: psycopg's failures to connect, and its connections lost under a statement, carry no
+#: SQLSTATE, only libpq's or the server's message (libpq gives the error of a
+#: connection attempt as text): the codes the messages stand for,
 #: then 08001 (sqlclient_unable_to_establish_sqlconnection) for any other failure to
 #: connect -- refused, reset, timed out, no such host -- which is retried. The
 #: messages are PostgreSQL's (and PgBouncer's) English ones; a server sending them in
@@ -173,6 +174,14 @@ _PSYCOPG_CONNECT_CODES: tuple[tuple[re.Pattern[str], str | int], ...] = tuple(
         (r"too many clients|connection slots are reserved", "53300"),
         (r"the database system is (?:starting up|shutting down|in recovery)", "57P03"),
         (r"^connection failed:|connection to server .* failed", "08001"),
+        # libpq's words for a connection lost under a statement (fe-secure.c,
+        # fe-misc.c), which psycopg raises with no SQLSTATE: connection_failure. Its
+        # other uncoded errors (a statement it refuses to send) keep no code.
+        (
+            r"server closed the connection unexpectedly|could not (?:receive|send) data "
+            r"(?:from|to) server|no connection to the server|SSL SYSCALL error",
+            "08006",
+        ),
     )
 )
 
