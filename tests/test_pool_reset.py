@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.util import await_
 
 from chatledger.engine import Ledger
 
@@ -34,6 +35,11 @@ async def _pooled_open(ledger: Ledger, conn: AsyncConnection) -> bool:
 #: says always (a read's transaction is not in the reply's flag), so its probe is not
 #: asked, and the rows and the later write tell instead.
 EXACT_PROBE = {"postgresql": True, "sqlite": True, "mysql": False}
+
+
+def test_the_probe_says_whether_it_is_exact(database: Database) -> None:
+    ledger = Ledger(database.url)
+    assert ledger.backend.transaction_open_exact is EXACT_PROBE[database.backend]
 
 
 async def test_a_connection_returned_mid_transaction_is_rolled_back(database: Database) -> None:
@@ -116,4 +122,34 @@ async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
         assert await _count(ledger, "reset_committed") == 3
     finally:
         dialect.do_rollback = do_rollback  # type: ignore[method-assign]
+        await ledger.close()
+
+
+async def test_a_transaction_begun_on_the_driver_itself_is_not_pooled(database: Database) -> None:
+    """A transaction neither SQLAlchemy nor its driver adapter began (a ``BEGIN`` sent on
+    the driver's own connection: asyncpg's adapter rolls back only the transaction it
+    holds) is not pooled either: rolled back, or the connection discarded."""
+    ledger = Ledger(database.url)
+    try:
+        await ledger.ensure_ready()
+        await _probe_table(ledger, "reset_driver")
+
+        def on_the_driver(sync: Connection) -> None:
+            raw: Any = sync.connection.dbapi_connection
+            for statement in ("BEGIN", "INSERT INTO reset_driver (id) VALUES (1)"):
+                if hasattr(raw.driver_connection, "is_in_transaction"):  # asyncpg
+                    await_(raw.driver_connection.execute(statement))
+                else:
+                    cursor = raw.cursor()
+                    cursor.execute(statement)
+                    cursor.close()
+
+        async with ledger.engine.connect() as conn:
+            await conn.run_sync(on_the_driver)
+        async with ledger.engine.connect() as conn:
+            assert not await _pooled_open(ledger, conn) or not EXACT_PROBE[database.backend]
+        assert await _count(ledger, "reset_driver") == 0
+        await ledger.write(lambda conn: conn.execute(text("INSERT INTO reset_driver (id) VALUES (2)")))
+        assert await _count(ledger, "reset_driver") == 1
+    finally:
         await ledger.close()

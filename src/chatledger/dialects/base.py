@@ -397,6 +397,11 @@ class Backend:
     #: (:func:`chatledger.dialects.configure_engine`): a connection whose transaction
     #: committed costs no ``ROLLBACK``, and none is pooled mid-transaction.
     transaction_open: Callable[[Any], bool] = field(default=_lacking("transaction_open"), metadata=_REQUIRED)
+    #: Whether :attr:`transaction_open` reads the driver's state exactly (``False``: it
+    #: answers always, for a driver whose state misses a read's transaction). Exact,
+    #: a connection still in a transaction after the reset's rollback (one the driver's
+    #: adapter did not begin, which its rollback leaves open) is discarded, not pooled.
+    transaction_open_exact: bool = True
     #: Reads the isolation level a write transaction runs at (once per ledger, at its
     #: schema check); ``None``: the backend states it in :attr:`write` or has one level.
     write_isolation_query: str | None = None

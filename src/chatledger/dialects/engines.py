@@ -75,12 +75,13 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     transaction open (:attr:`Backend.transaction_open`): a connection returned after
     its COMMIT costs no ``ROLLBACK``, one returned mid-transaction (a task cancelled,
     a statement run on the raw connection) is rolled back before it is pooled, and
-    one the rollback fails on is discarded by the pool."""
+    one the rollback fails on, or leaves in a transaction, is discarded by the pool."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)
     explicit_begin = backend.explicit_begin
     driver_begin = backend.driver_begin
     transaction_open = backend.transaction_open
+    exact = backend.transaction_open_exact
     dialect = engine.sync_engine.dialect
 
     @event.listens_for(engine.sync_engine, "reset")
@@ -89,6 +90,10 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
         # terminates it (nothing can be awaited here).
         if state.asyncio_safe and transaction_open(dbapi_connection):
             dialect.do_rollback(dbapi_connection)  # what the pool's own reset calls
+            if exact and transaction_open(dbapi_connection):
+                # A transaction the driver's adapter did not begin (asyncpg's rolls back
+                # only its own): raised here, the pool discards the connection.
+                raise RuntimeError("a connection still in a transaction after its rollback is not pooled")
 
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:

@@ -503,6 +503,7 @@ AIOMYSQL = Backend(
     check_foreign=_check_foreign_mysql,
     add_listeners=no_listeners,
     transaction_open=_transaction_open_mysql,
+    transaction_open_exact=False,
     # ER_NET_PACKET_TOO_LARGE
     too_large_codes=frozenset({1153}),
     schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
