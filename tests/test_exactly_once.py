@@ -367,9 +367,9 @@ APPEND_STATEMENTS = {
 }
 #: Its round trips (SQLite: hops to aiosqlite's thread): the statements, and the BEGIN
 #: (PostgreSQL's drivers) and COMMIT; no ROLLBACK when the connection goes back to the
-#: pool, but on MySQL (tests/test_pool_reset.py). SQLite: a cursor, the statement,
+#: pool (tests/test_pool_reset.py). SQLite: a cursor, the statement,
 #: its fetch and its close per statement, then the COMMIT.
-APPEND_ROUND_TRIPS = {"postgresql": 3, "mysql": 4, "sqlite": 8}
+APPEND_ROUND_TRIPS = {"postgresql": 3, "mysql": 3, "sqlite": 8}
 
 
 @pytest.mark.parametrize(

@@ -92,16 +92,9 @@ async def test_a_cancelled_write_leaves_no_transaction_in_the_pool(database: Dat
         await ledger.close()
 
 
-#: The pool's rollbacks after 3 committed writes: none where the driver tells a
-#: transaction open, one per return on MySQL, whose reply flag misses a read's.
-ROLLBACKS_AFTER_COMMITS = {"postgresql": 0, "sqlite": 0, "mysql": 3}
-
-
-async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
-    """A connection returned after its COMMIT has no transaction open: the pool sends
-    nothing (counted as SQLAlchemy would send it: by the dialect's rollback), except on
-    MySQL, where a read's transaction cannot be told from the driver's state."""
-    ledger = Ledger(database.url)
+def _counting_rollbacks(ledger: Ledger) -> tuple[list[object], Any]:
+    """Count the dialect's rollbacks (as the pool's reset and SQLAlchemy's Connection
+    send them); returns the list and a function restoring the dialect's own."""
     rollbacks: list[object] = []
     dialect = ledger.engine.sync_engine.dialect
     do_rollback = dialect.do_rollback
@@ -110,18 +103,50 @@ async def test_a_committed_write_costs_no_rollback(database: Database) -> None:
         rollbacks.append(dbapi_connection)
         do_rollback(dbapi_connection)
 
+    def restore() -> None:
+        dialect.do_rollback = do_rollback  # type: ignore[method-assign]
+
+    dialect.do_rollback = counted  # type: ignore[method-assign]
+    return rollbacks, restore
+
+
+async def test_a_committed_transaction_costs_no_rollback(database: Database) -> None:
+    """A connection returned after its COMMIT has no transaction open: the pool sends
+    nothing, on MySQL too, where the driver's state misses a read's transaction but the
+    ledger's transactions mark a connection whose COMMIT succeeded."""
+    ledger = Ledger(database.url)
     try:
         await ledger.ensure_ready()
         await _probe_table(ledger, "reset_committed")
-        dialect.do_rollback = counted  # type: ignore[method-assign]
-        for number in range(3):
-            await ledger.write(
-                lambda conn, n=number: conn.execute(text(f"INSERT INTO reset_committed VALUES ({n})"))
-            )
-        assert len(rollbacks) == ROLLBACKS_AFTER_COMMITS[database.backend]
-        assert await _count(ledger, "reset_committed") == 3
+        rollbacks, restore = _counting_rollbacks(ledger)
+        try:
+            for number in range(3):
+                await ledger.write(
+                    lambda conn, n=number: conn.execute(text(f"INSERT INTO reset_committed VALUES ({n})"))
+                )
+                assert await _count(ledger, "reset_committed") == number + 1
+        finally:
+            restore()
+        assert rollbacks == []
     finally:
-        dialect.do_rollback = do_rollback  # type: ignore[method-assign]
+        await ledger.close()
+
+
+async def test_a_read_left_open_is_rolled_back_once(database: Database) -> None:
+    """A connection returned with SQLAlchemy's transaction open (a read outside the
+    ledger's transactions) is rolled back by SQLAlchemy, and not once more by the pool."""
+    ledger = Ledger(database.url)
+    try:
+        await ledger.ensure_ready()
+        await _probe_table(ledger, "reset_read")
+        rollbacks, restore = _counting_rollbacks(ledger)
+        try:
+            async with ledger.engine.connect() as conn:
+                assert await conn.scalar(text("SELECT count(*) FROM reset_read")) == 0
+        finally:
+            restore()
+        assert len(rollbacks) == 1
+    finally:
         await ledger.close()
 
 

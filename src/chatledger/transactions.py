@@ -327,6 +327,8 @@ class Transactions:
                 committed = True
                 if after is not None and (write or result is not None):
                     await after(conn)  # its failure: returned as committed, below
+                elif not self.foreign:
+                    conn.info[dialects.COMMITTED] = True  # the pool's reset need not roll back
         except DBAPIError as error:
             if committed:  # only returning the connection to the pool failed
                 return result

@@ -53,11 +53,13 @@ from .base import (
     registered,
 )
 from .engines import (
+    COMMITTED,
     FOREIGN_CHECK_OPTIONS,
     adopt_engine,
     configure_engine,
     create_engine,
     merge_connect_args,
+    skips_reset,
 )
 from .migrations import (
     MigrationBusy,
@@ -77,6 +79,7 @@ register(mysql.AIOMYSQL)
 register(sqlite.AIOSQLITE)
 
 __all__ = [
+    "COMMITTED",
     "FOREIGN_CHECK_OPTIONS",
     "GALERA_SYNC_WAIT_READS",
     "SCHEMA_LOCK_KEY",
@@ -123,4 +126,5 @@ __all__ = [
     "register",
     "registered",
     "release_cancelled_statements",
+    "skips_reset",
 ]

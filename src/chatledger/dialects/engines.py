@@ -52,6 +52,24 @@ def create_engine(url: URL, **options: Any) -> AsyncEngine:
         raise ImportError(missing_extra(f"the {backend.driver} driver", backend.driver_extra)) from error
 
 
+#: The pool record's ``info`` key a transaction sets once its COMMIT succeeded with
+#: nothing run after it: the connection has no transaction open, which a backend whose
+#: :attr:`Backend.transaction_open` is not exact cannot tell from the driver.
+COMMITTED = "chatledger_committed"
+
+
+def skips_reset(backend: Backend, record: Any, state: PoolResetState) -> bool:
+    """Whether the pool's reset of a connection returned with ``state`` sends nothing,
+    even if :attr:`Backend.transaction_open` says a transaction is open: a connection
+    the pool must not touch (garbage collected outside its event loop: the pool
+    terminates it), or one a backend whose probe is not exact knows to be clean: its
+    last act a successful COMMIT (:data:`COMMITTED`), or SQLAlchemy's own rollback."""
+    if not state.asyncio_safe:
+        return True
+    committed = record is not None and bool(record.info.get(COMMITTED))
+    return not backend.transaction_open_exact and (committed or state.transaction_was_reset)
+
+
 def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     """Per-connection set-up from the backend: the set-up statements of every
     new connection (SQLite's WAL, its size limit, busy timeout and synchronous pragmas;
@@ -75,7 +93,10 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     transaction open (:attr:`Backend.transaction_open`): a connection returned after
     its COMMIT costs no ``ROLLBACK``, one returned mid-transaction (a task cancelled,
     a statement run on the raw connection) is rolled back before it is pooled, and
-    one the rollback fails on, or leaves in a transaction, is discarded by the pool."""
+    one the rollback fails on, or leaves in a transaction, is discarded by the pool.
+    Where the driver's state misses a read's transaction (MySQL), only a connection
+    whose last act was a successful COMMIT (:data:`COMMITTED`, set by the ledger's
+    transactions) or SQLAlchemy's own rollback skips it."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)
     explicit_begin = backend.explicit_begin
@@ -85,10 +106,11 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     dialect = engine.sync_engine.dialect
 
     @event.listens_for(engine.sync_engine, "reset")
-    def _reset(dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
-        # Not asyncio_safe: garbage collected outside its event loop, the pool
-        # terminates it (nothing can be awaited here).
-        if state.asyncio_safe and transaction_open(dbapi_connection):
+    def _reset(dbapi_connection: Any, record: Any, state: PoolResetState) -> None:
+        skip = skips_reset(backend, record, state)
+        if record is not None:
+            record.info.pop(COMMITTED, None)
+        if not skip and transaction_open(dbapi_connection):
             dialect.do_rollback(dbapi_connection)  # what the pool's own reset calls
             if exact and transaction_open(dbapi_connection):
                 # A transaction the driver's adapter did not begin (asyncpg's rolls back

@@ -101,6 +101,9 @@ class RoundTrips:
             self._protocol += 1
         self._began = False
 
-    def _reset(self, dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
-        if state.asyncio_safe and self._backend.transaction_open(dbapi_connection):
+    def _reset(self, dbapi_connection: Any, record: Any, state: PoolResetState) -> None:
+        # As chatledger's reset listener decides (it runs after this one).
+        if not dialects.skips_reset(self._backend, record, state) and self._backend.transaction_open(
+            dbapi_connection
+        ):
             self._protocol += 1
