@@ -309,7 +309,7 @@ class ThrowawayMariaDB(ThrowawayServer):
         super().__init__()
         install = _which("mariadb-install-db", "mysql_install_db")
         assert install is not None
-        subprocess.run(
+        done = subprocess.run(
             [
                 install,
                 "--no-defaults",
@@ -318,11 +318,15 @@ class ThrowawayMariaDB(ThrowawayServer):
                 "--skip-test-db",
                 *(["--user=root"] if os.geteuid() == 0 else []),
             ],
-            check=True,
             capture_output=True,
+            text=True,
             timeout=SERVER_TIMEOUT,
             cwd=self.root,
         )
+        if done.returncode:  # its own words, which CalledProcessError would not show
+            raise AssertionError(
+                f"{install} failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}"
+            )
 
     @property
     def admin_url(self) -> URL:
