@@ -141,8 +141,9 @@ async def _sdk_tables(engine: Any, session: Any) -> str:
     return f"the SDK cannot create its tables ({reason}): made by hand, VARCHAR(255)"
 
 
-async def _openai(sdk_url: URL, ledger_url: URL, sqlite_path: Path | None, sizes: Sizes,
-                  rng: random.Random) -> list[FrameworkStore]:  # fmt: skip
+async def _openai(
+    sdk_url: URL, ledger_url: URL, sqlite_path: Path | None, sizes: Sizes, rng: random.Random
+) -> list[FrameworkStore]:
     from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
     from agents.memory import SQLiteSession
 
