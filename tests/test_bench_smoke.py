@@ -1,6 +1,8 @@
 """A tiny run of the benchmark (``bench/bench.py``, :mod:`chatledger.tools.bench`) on SQLite,
 so that it keeps working: every measurement runs, the report and its JSON are
 complete, chatledger's concurrent appends come back clean, and nothing is left behind.
+The frameworks' section (:mod:`chatledger.tools.bench.frameworks`) runs tiny on every
+target. Smoke only: no assertion on a timing.
 """
 
 from __future__ import annotations
@@ -8,12 +10,18 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import random
 from pathlib import Path
 
 from rich.console import Console
 
+from chatledger.dsn import resolve_dsn
 from chatledger.tools.bench import CONTENDERS, STORES, BenchReport, Sizes, configure, markdown, run_bench
+from chatledger.tools.bench.frameworks import measure_frameworks
 from chatledger.tools.bench.measure import _baseline_job, _in_process
+from chatledger.tools.bench.report import framework_notes, framework_rows
+
+from .conftest import Database
 
 TINY = Sizes(
     append_rounds=2,
@@ -32,6 +40,10 @@ TINY = Sizes(
     agent_appends=2,
     transfer_sessions=3,
     transfer_messages=60,
+    framework_rounds=2,
+    framework_items=12,
+    framework_tasks=3,
+    framework_writes=3,
 )
 
 
@@ -87,12 +99,21 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert "default/synchronous=NORMAL" in printed
     assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
+    assert "frameworks" in printed and "get_items(20), /s" in printed and "SQLiteSession" in printed
+    assert {store.name for store in backend.frameworks.stores} == {
+        "LedgerSession",
+        "SQLAlchemySession",
+        "SQLiteSession",
+        "LedgerSessionService",
+        "DatabaseSessionService",
+    }
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]
     assert {"met", "value", "bound"} <= set(data["backends"][0]["targets"][0])
     assert BenchReport.from_json(data) == report
     table = markdown(report)
     assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
+    assert "| OpenAI Agents add_items, 2 items, /s |" in table and "| ADK append_event, /s |" in table
     assert not any(path.name.startswith("chatledger-bench-") for path in _entries(tmp_path))
 
 
@@ -118,3 +139,41 @@ def test_the_arguments() -> None:
     args = parser.parse_args(["--dsn", "sqlite:///x/", "--dsn", "mysql://root@h/mysql", "--quick"])
     assert args.dsn == ["sqlite:///x/", "mysql://root@h/mysql"] and args.quick
     assert args.json is None and args.markdown is None
+
+
+async def test_the_frameworks_section_runs_and_reports_its_rows(database: Database, tmp_path: Path) -> None:
+    """Each framework's own store and chatledger's adapter, tiny, on every target: every
+    store that could be set up is timed on every call, chatledger's come back clean
+    from the concurrency round, and every row is reported."""
+    admin = database.server.admin_url if database.server is not None else f"sqlite:///{tmp_path}/"
+    said: list[str] = []
+    result = await measure_frameworks(resolve_dsn(admin), TINY, random.Random(3), said.append)
+    assert not result.note and len(said) == 2
+    by_name = {store.name: store for store in result.stores}
+    own = {"SQLAlchemySession", "DatabaseSessionService"} | (
+        {"SQLiteSession"} if database.server is None else set()
+    )
+    assert set(by_name) == {"LedgerSession", "LedgerSessionService", *own}
+    openai = {"add_items, 2 items", "get_items(), 12 items", "get_items(20)"}
+    adk = {"append_event", "get_session, 12 events", "get_session, newest 20"}
+    for store in result.stores:
+        if store.note.startswith("not measured"):  # a framework's own store it could not set up
+            assert not store.ours and not store.timings, store.note
+            continue
+        assert set(store.timings) == (openai if store.framework == "OpenAI Agents" else adk), store.name
+        run = store.concurrency
+        assert run is not None and run.attempted == 9 and run.tasks == 3
+        assert run.acknowledged + run.refused + run.errors == run.attempted
+    for name in ("LedgerSession", "LedgerSessionService"):
+        run = by_name[name].concurrency
+        assert run is not None and (run.errors, run.lost, run.duplicates) == (0, 0, 0), run
+    ledger_session = by_name["LedgerSession"].concurrency
+    assert ledger_session is not None and ledger_session.acknowledged == 9
+    sdk = by_name["SQLAlchemySession"]
+    assert sdk.timings or "cannot create tables" in sdk.note
+    rows = framework_rows(result)
+    measured = [store for store in result.stores if store.timings and not store.ours]
+    assert len([row for row in rows if row[0].endswith(", /s")]) == 3 * len(measured)
+    assert all(row[3] in by_name for row in rows)
+    notes = framework_notes(result)
+    assert all(any(store.name in line for line in notes) for store in result.stores if store.note)

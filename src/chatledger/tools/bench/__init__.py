@@ -31,6 +31,11 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
 * **loads on read replicas** (:mod:`chatledger.tools.bench.replicas`, with
   ``--read-dsn``): load throughput from 4 processes with 0, 1 and 2 replicas; without
   replicas given, the report says that it was not measured.
+* **the frameworks' own stores** (:mod:`chatledger.tools.bench.frameworks`): the OpenAI
+  Agents SDK's ``SQLAlchemySession`` (and ``SQLiteSession`` on SQLite) beside
+  ``LedgerSession``, and ADK's ``DatabaseSessionService`` beside
+  ``LedgerSessionService``: calls per second as ratios, and a concurrency round of
+  tasks writing to one session (errors, refusals, writes lost or stored twice).
 
 Each backend gets its own fresh databases, dropped at the end (SQLite: files in a
 temporary directory, removed at the end): one migrated for chatledger, one where
@@ -88,10 +93,20 @@ from ... import dialects
 from ...dsn import display, resolve_dsn
 from ...migrate import upgrade_database
 from ..harness import Store, open_store
+from .frameworks import measure_frameworks
 from .load import LoadFloor, measure_agent_loads
 from .measure import Appender, Call, measure_appends, measure_calls, measure_concurrent, measure_transfer
 from .replicas import NOT_GIVEN, measure_replica_loads
-from .report import markdown, missed_reasons, render, render_replica_loads, targets
+from .report import (
+    framework_notes,
+    framework_rows,
+    markdown,
+    missed_reasons,
+    render,
+    render_frameworks,
+    render_replica_loads,
+    targets,
+)
 from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, ReplicaLoads, Sizes, check
 from .workloads import Floor, Seeder, fresh_databases, store_engine
 
@@ -245,6 +260,7 @@ async def bench_backend(
             await variant.close()
     if sizes.transfer_sessions and sizes.transfer_messages:
         report.transfer = await measure_transfer(admin, sizes, say)
+    report.frameworks = await measure_frameworks(admin, sizes, rng, say)
     report.targets = targets(report, sizes)
     report.seconds = time.perf_counter() - started
     return report
@@ -322,6 +338,10 @@ async def run_bench(
                 for mode, run in runs.items():
                     for error, count in run.error_kinds.items():
                         console.print(f"  {kind}, {mode}: {count} x {error}", highlight=False, markup=False)
+            if framework_rows(report.frameworks):
+                console.print(render_frameworks(report))
+            for line in framework_notes(report.frameworks):
+                console.print(f"  {line}", highlight=False, markup=False)
     machine["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     return BenchReport(machine, sizes, reports)
 

@@ -14,6 +14,7 @@ from .results import (
     AppendStats,
     BackendReport,
     BenchReport,
+    Frameworks,
     ReplicaLoads,
     Sizes,
     Verdict,
@@ -326,15 +327,81 @@ def _title(report: BackendReport) -> str:
     return f"{report.backend}: {report.server_version.split(' on ')[0]}"
 
 
-def render(report: BackendReport, sizes: Sizes) -> RichTable:
-    """One backend's :func:`table_rows` as a rich table."""
-    table = RichTable(title=_title(report), title_justify="left")
-    for column in COLUMNS:
-        table.add_column(column, justify="left" if column in ("measure", "target") else "right")
+def _rich(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> RichTable:
+    table = RichTable(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("measure", "target", "store") else "right")
     marks = {"PASS": "[green]PASS[/green]", "MISS": "[red]MISS[/red]"}
-    for row in table_rows(report, sizes):
+    for row in rows:
         table.add_row(*row[:-1], marks.get(row[-1], row[-1]))
     return table
+
+
+def _markdown_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |"]
+    lines.append(
+        "|" + "|".join(":--" if c in ("measure", "target", "store") else "--:" for c in columns) + "|"
+    )
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def render(report: BackendReport, sizes: Sizes) -> RichTable:
+    """One backend's :func:`table_rows` as a rich table."""
+    return _rich(_title(report), COLUMNS, table_rows(report, sizes))
+
+
+#: Columns of the frameworks' table: chatledger's adapter, the framework's own store.
+FRAMEWORK_COLUMNS = ("measure", "chatledger", "own", "store", "cl/own")
+
+
+def framework_rows(frameworks: Frameworks) -> list[tuple[str, ...]]:
+    """Per framework and operation, calls per second of chatledger's adapter and of each
+    of the framework's own stores, and their ratio; then the concurrency round of each:
+    acknowledged / refused / errors / lost / duplicated writes."""
+    rows: list[tuple[str, ...]] = []
+    for framework in dict.fromkeys(store.framework for store in frameworks.stores):
+        stores = [store for store in frameworks.stores if store.framework == framework]
+        ours = next(store for store in stores if store.ours)
+        for label, stats in ours.timings.items():
+            rate = 1000 / stats.median_ms
+            for own in (store for store in stores if not store.ours and label in store.timings):
+                theirs = 1000 / own.timings[label].median_ms
+                rows.append(
+                    (f"{framework} {label}, /s", _num(rate), _num(theirs), own.name, f"{rate / theirs:.2f}")
+                )
+        for store in stores:
+            run = store.concurrency
+            if run is None:
+                continue
+            cells = f"{run.acknowledged} / {run.refused} / {run.errors} / {run.lost} / {run.duplicates}"
+            rows.append(
+                (
+                    f"{framework}, {run.tasks} tasks x {run.attempted // run.tasks} writes, one session: "
+                    "acked / refused / errors / lost / dup",
+                    cells if store.ours else "",
+                    "" if store.ours else cells,
+                    store.name,
+                    "",
+                )
+            )
+    return rows
+
+
+def framework_notes(frameworks: Frameworks) -> list[str]:
+    """How a store was set up when that differs, why one was not measured, and the
+    concurrency round's errors by kind."""
+    lines = [f"frameworks: {frameworks.note}"] if frameworks.note else []
+    for store in frameworks.stores:
+        if store.note:
+            lines.append(f"{store.framework} {store.name}: {store.note}")
+        for error, count in (store.concurrency.error_kinds if store.concurrency else {}).items():
+            lines.append(f"{store.framework} {store.name}, concurrent: {count} x {error}")
+    return lines
+
+
+def render_frameworks(report: BackendReport) -> RichTable:
+    """The frameworks' table of one backend (:func:`framework_rows`)."""
+    return _rich(f"{_title(report)}: frameworks", FRAMEWORK_COLUMNS, framework_rows(report.frameworks))
 
 
 def markdown(report: BenchReport) -> str:
@@ -347,13 +414,23 @@ def markdown(report: BenchReport) -> str:
         f"{(machine.get('load_average_at_end') or [0.0])[0]:.1f} at the end.",
     ]
     for backend in report.backends:
-        lines += ["", f"**{_title(backend)}**", "", "| " + " | ".join(COLUMNS) + " |"]
-        lines.append("|" + "|".join(":--" if c in ("measure", "target") else "--:" for c in COLUMNS) + "|")
-        lines += ["| " + " | ".join(row) + " |" for row in table_rows(backend, report.sizes)]
+        lines += ["", f"**{_title(backend)}**", ""]
+        lines += _markdown_table(COLUMNS, table_rows(backend, report.sizes))
         reasons = missed_reasons(backend)
         if reasons:
             lines += ["", *(f"- {line}" for line in reasons)]
         lines += ["", *render_replica_loads(backend.replicas)]
+        frameworks = framework_rows(backend.frameworks)
+        if frameworks:
+            lines += [
+                "",
+                f"**{_title(backend)}: frameworks**",
+                "",
+                *_markdown_table(FRAMEWORK_COLUMNS, frameworks),
+            ]
+        notes = framework_notes(backend.frameworks)
+        if notes:
+            lines += ["", *(f"- {line}" for line in notes)]
     return "\n".join(lines) + "\n"
 
 

@@ -43,6 +43,12 @@ class Sizes:
         agent_loads: raw-message counts of the sessions of the agent loads.
         agent_sessions: sessions per count; each gives one cold and one warm sample.
         agent_appends: messages appended between a session's cold and warm load.
+        framework_rounds: interleaved rounds of the framework stores' calls
+            (:mod:`.frameworks`).
+        framework_items: items of the OpenAI Agents session ``get_items`` reads and
+            events of the ADK session ``get_session`` reads; 0 skips the frameworks.
+        framework_tasks, framework_writes: tasks writing to one session at once in
+            the frameworks' concurrency round, and writes each.
     """
 
     append_rounds: int = 9
@@ -65,6 +71,10 @@ class Sizes:
     #: messages); 0 sessions skips it.
     transfer_sessions: int = 1_000
     transfer_messages: int = 1_000
+    framework_rounds: int = 9
+    framework_items: int = 2_000
+    framework_tasks: int = 8
+    framework_writes: int = 20
 
     def __post_init__(self) -> None:
         names = (
@@ -75,11 +85,13 @@ class Sizes:
             "list_rounds",
             "page",
             "agent_sessions",
+            "framework_rounds",
         )
         for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
-        for name in ("warmup", "processes", "process_appends", "transfer_sessions", "transfer_messages"):
+        non_negative = ("warmup", "processes", "process_appends", "transfer_sessions", "transfer_messages")
+        for name in (*non_negative, "framework_items", "framework_tasks", "framework_writes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not self.load_messages or min(self.load_messages) <= self.tail:
@@ -108,6 +120,9 @@ QUICK = Sizes(
     transfer_messages=500,
     replica_processes=2,
     replica_loads=20,
+    framework_rounds=3,
+    framework_items=300,
+    framework_writes=10,
 )
 
 
@@ -247,6 +262,51 @@ class ReplicaLoads:
 
 
 @dataclass
+class FrameworkConcurrency:
+    """``tasks`` tasks of one process writing ``attempted / tasks`` each to one session
+    at once, then the session read back: what each write's answer claimed against
+    what the store holds."""
+
+    tasks: int
+    attempted: int
+    acknowledged: int
+    #: Writes the store refused as designed (ADK's ``StaleSessionError``): nothing written.
+    refused: int
+    #: Any other exception (the database's, a time-out).
+    errors: int
+    #: Acknowledged writes missing from the read back, and writes found more than once.
+    lost: int
+    duplicates: int
+    error_kinds: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FrameworkStore:
+    """One session store of a framework: chatledger's adapter or the framework's own."""
+
+    #: "OpenAI Agents" or "ADK".
+    framework: str
+    #: The class, e.g. ``SQLAlchemySession``.
+    name: str
+    #: chatledger's adapter (the ratios' numerator).
+    ours: bool
+    #: operation -> its timings (empty: not measured, see ``note``).
+    timings: dict[str, TimingStats] = field(default_factory=dict)
+    concurrency: FrameworkConcurrency | None = None
+    #: How it was set up when that differs from the usual, or why it was not measured.
+    note: str = ""
+
+
+@dataclass
+class Frameworks:
+    """The frameworks' own stores beside chatledger's adapters (:mod:`.frameworks`), or
+    why none ran (``note``)."""
+
+    stores: list[FrameworkStore] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
 class BackendReport:
     """Every number measured on one backend."""
 
@@ -266,6 +326,8 @@ class BackendReport:
     transfer: TransferStats | None = None
     #: Load throughput with 0, 1, 2... read replicas, or why it was not measured.
     replicas: ReplicaLoads = field(default_factory=ReplicaLoads)
+    #: The OpenAI Agents SDK's and ADK's own stores beside chatledger's adapters.
+    frameworks: Frameworks = field(default_factory=Frameworks)
     targets: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -307,6 +369,7 @@ class BenchReport:
                         runs=[ReplicaLoadStats(**run) for run in backend.get("replicas", {}).get("runs", [])],
                         note=backend.get("replicas", {}).get("note", ""),
                     ),
+                    frameworks=_frameworks(backend.get("frameworks")),
                     targets=[
                         Verdict(**{key: value for key, value in target.items() if key != "met"})
                         for target in backend["targets"]
@@ -332,6 +395,24 @@ class BenchReport:
 def _append_stats(data: dict[str, Any]) -> AppendStats:
     breakdown = data.get("breakdown")
     return AppendStats(**{**data, "breakdown": AppendBreakdown(**breakdown) if breakdown else None})
+
+
+def _frameworks(data: dict[str, Any] | None) -> Frameworks:
+    if not data:
+        return Frameworks()
+    stores = []
+    for store in data["stores"]:
+        concurrency = store.get("concurrency")
+        stores.append(
+            FrameworkStore(
+                **{
+                    **store,
+                    "timings": {name: TimingStats(**stats) for name, stats in store["timings"].items()},
+                    "concurrency": FrameworkConcurrency(**concurrency) if concurrency else None,
+                }
+            )
+        )
+    return Frameworks(stores, data.get("note", ""))
 
 
 def check(condition: bool, what: str) -> None:

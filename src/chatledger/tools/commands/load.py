@@ -118,7 +118,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         "bench",
-        "benchmark chatledger against zett-agent's SQL store and a bare INSERT (needs the dev extra)",
+        "benchmark chatledger against zett-agent's SQL store, a bare INSERT and the OpenAI Agents "
+        "SDK's and ADK's own stores (needs the dev extra)",
         _configure_bench,
         _bench,
     ),
