@@ -584,14 +584,33 @@ _WRITTEN = ("last_sequence", "state_version")
 _KEY = ("app_name", "user_id", "id")
 
 
+def scope(app_name: str | None = None, user_id: str | None = None) -> ColumnElement[bool]:
+    """Live sessions, only ``app_name``'s and/or ``user_id``'s if given (what a purge
+    and its count select from)."""
+    conditions: list[ColumnElement[bool]] = [_live]
+    if app_name is not None:
+        conditions.append(_sessions.c.app_name == app_name)
+    if user_id is not None:
+        conditions.append(_sessions.c.user_id == user_id)
+    return and_(*conditions)
+
+
 async def purge_sessions(
-    ledger: Ledger, selection: Selection, *, size: int = PURGE_BATCH, progress: Progress | None = None
+    ledger: Ledger,
+    selection: Selection,
+    *,
+    app_name: str | None = None,
+    user_id: str | None = None,
+    size: int = PURGE_BATCH,
+    progress: Progress | None = None,
 ) -> int:
     """Delete the sessions ``selection`` holds (:mod:`chatledger.selection`; its prefix
-    is of the session id), each as :func:`delete_session` does, in a transaction of its
-    own whose ``UPDATE`` checks the selection and the row as its page read it: a session
-    appended to or whose state changed meanwhile is kept. Returns how many it deleted;
-    ``progress`` gets each ``(app_name, user_id, id)`` and whether it was deleted."""
+    is of the session id), of every app and user or only ``app_name``'s / ``user_id``'s,
+    each as :func:`delete_session` does, in a transaction of its own whose ``UPDATE``
+    checks the selection and the row as its page read it: a session appended to or
+    whose state changed meanwhile is kept. ``app:`` and ``user:`` state stays. Returns
+    how many it deleted; ``progress`` gets each ``(app_name, user_id, id)`` and whether
+    it was deleted."""
 
     async def delete_one(found: tuple[str, str, str], seen: Mapping[str, Any]) -> bool:
         return await _delete(ledger, Key(*found), selection, seen)
@@ -599,7 +618,7 @@ async def purge_sessions(
     return await purge(
         ledger,
         _sessions,
-        _live,
+        scope(app_name, user_id),
         selection,
         delete_one,
         versions=_WRITTEN,

@@ -290,8 +290,9 @@ async def clear(ledger: Ledger, session_id: str) -> None:
 
 
 #: The columns a purge checks again: every add moves ``last_sequence``, every clear
-#: ``generation``.
-_WRITTEN = ("last_sequence", "generation")
+#: ``generation``, and a pop only ``updated_at`` (it takes no sequence): a session
+#: popped after its page was read is kept, even by a purge with no cutoff (by prefix).
+_WRITTEN = ("last_sequence", "generation", "updated_at")
 
 
 async def delete_session(ledger: Ledger, session_id: str, *, idle_before: datetime | None = None) -> bool:
@@ -319,8 +320,9 @@ async def purge_sessions(
     """Delete the sessions ``selection`` holds (:mod:`chatledger.selection`), each as
     :func:`delete_session` does, in a transaction of its own whose ``UPDATE`` checks the
     selection and the counter row as its page read it (``last_sequence``,
-    ``generation``): a session added to or cleared meanwhile is kept. Returns how many
-    it deleted; ``progress`` gets each id and whether it was deleted."""
+    ``generation``, ``updated_at``): a session added to, popped or cleared meanwhile is
+    kept. Returns how many it deleted; ``progress`` gets each id and whether it was
+    deleted."""
 
     async def delete_one(session_id: str, seen: Mapping[str, Any]) -> bool:
         return await _delete(ledger, session_id, selection, seen)
