@@ -149,7 +149,7 @@ async def test_openai_delete_with_idle_before_only_deletes_an_idle_session(url: 
     await age(url, openai_sessions_table, "updated_at", ["o"], 8)
     assert await openai_items.delete_session(ledger, "o", idle_before=week_ago)
     with pytest.raises(ValueError, match="idle_before"):
-        await openai_items.delete_session(ledger, "o", idle_before=datetime(2020, 1, 1))  # noqa: DTZ001
+        await openai_items.delete_session(ledger, "o", idle_before=datetime(2020, 1, 1))
 
 
 async def test_openai_purge_keeps_a_session_popped_after_its_page_was_read(url: URL, ledger: Ledger) -> None:
