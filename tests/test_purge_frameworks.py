@@ -414,3 +414,22 @@ async def test_the_commands_delete_and_purge_openai_and_adk_sessions(
     # The cutoffs are taken when the run starts: the idle session it deleted is a tombstone.
     assert await count(url, adk_sessions_table) == 1 and await count(url, openai_sessions_table) == 0
     assert await count(url, high_water_marks_table) == 6
+
+
+async def test_an_import_below_an_openai_or_adk_mark_is_refused(
+    url: URL, ledger: Ledger, service: LedgerSessionService, tmp_path: Path
+) -> None:
+    """An export taken before the delete, imported after the purge, would reuse the
+    sessions' sequences: refused, and the marks stay."""
+    await LedgerSession("x", ledger=ledger).add_items([item("one")])
+    await service.create_session(app_name="app", user_id="u", session_id="x")
+    dsn = url.render_as_string(hide_password=False)
+    exported = tmp_path / "x.jsonl"
+    assert await cli.run(["export", "--dsn", dsn, "--output", str(exported)]) == 0
+    assert await openai_items.delete_session(ledger, "x")
+    assert await adk_rows.delete_session(ledger, adk_rows.Key("app", "u", "x"))
+    assert await tombstones.purge_tombstones(ledger, tombstones.OPENAI, now_cutoff()) == 1
+    assert await tombstones.purge_tombstones(ledger, tombstones.ADK, now_cutoff()) == 1
+    assert await cli.run(["import", "--dsn", dsn, str(exported)]) == 1
+    assert await count(url, openai_sessions_table) == 0 and await count(url, adk_sessions_table) == 0
+    assert await count(url, high_water_marks_table) == 2
