@@ -11,10 +11,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rein import Message, Session
-from sqlalchemy import Table, delete, text
+from sqlalchemy import Table, delete, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -119,3 +120,68 @@ async def test_two_purges_writing_marks_into_one_gap_do_not_wait_on_each_other(u
             assert sorted(tuple(row) for row in found) == [(2, 5), (3, 3)]
     finally:
         await engine.dispose()
+
+
+async def test_an_openai_add_or_adk_create_waiting_on_a_purge_numbers_on_from_its_mark(url: URL) -> None:
+    """The add's counter ``UPDATE`` (the ADK create's revive ``UPDATE``, after its read
+    found the tombstone) waits for the purge, then matches nothing: the mark it then
+    takes carries the sequences and versions on."""
+    from chatledger.adk import LedgerSessionService
+    from chatledger.adk.rows import Key
+    from chatledger.openai_agents import LedgerSession
+    from chatledger.openai_agents.items import delete_session
+    from chatledger.schema import adk_sessions_table, openai_items_table, openai_sessions_table
+    from chatledger.testing.adk import event
+
+    async with LedgerSessionService(url) as setup, LedgerSessionService(url) as writer:
+        session = LedgerSession("o", ledger=setup.ledger)
+        await session.add_items([{"role": "user", "content": "1"}, {"role": "user", "content": "2"}])
+        assert await delete_session(setup.ledger, "o")  # last sequence 2, generation 2
+        made = await setup.create_session(app_name="app", user_id="u", session_id="a")
+        await setup.append_event(made, event("1"))
+        await setup.delete_session(app_name="app", user_id="u", session_id="a")  # last 2, version 2
+        await writer.ledger.ensure_ready()
+
+        marked = asyncio.Event()
+        engine = create_async_engine(url, poolclass=NullPool)
+
+        async def held(table: Table, condition: Any, store: int, id: str) -> None:
+            async with engine.begin() as conn:
+                assert (await conn.execute(delete(table).where(condition))).rowcount == 1
+                await marks.raise_to(conn, store, id, 2, 2, datetime.now(UTC))
+                marked.set()
+                await asyncio.sleep(HOLD)
+
+        try:
+            purge = asyncio.create_task(
+                held(openai_sessions_table, openai_sessions_table.c.id == "o", marks.OPENAI, "o")
+            )
+            await marked.wait()
+            await LedgerSession("o", ledger=writer.ledger).add_items([{"role": "user", "content": "3"}])
+            await purge
+            sequences = await writer.ledger.read(
+                lambda conn: conn.scalars(
+                    select(openai_items_table.c.sequence).where(openai_items_table.c.session_id == "o")
+                )
+            )
+            assert list(sequences) == [3]
+
+            marked.clear()
+            key = Key("app", "u", "a")
+            purge = asyncio.create_task(
+                held(adk_sessions_table, key.session(), marks.ADK, marks.adk_id("app", "u", "a"))
+            )
+            await marked.wait()
+            again = await writer.create_session(app_name="app", user_id="u", session_id="a")
+            await purge
+            await writer.append_event(again, event("2"))
+            row = await writer.ledger.read(
+                lambda conn: conn.execute(
+                    select(adk_sessions_table.c.last_sequence, adk_sessions_table.c.state_version).where(
+                        key.session()
+                    )
+                )
+            )
+            assert [tuple(found) for found in row] == [(3, 3)]
+        finally:
+            await engine.dispose()

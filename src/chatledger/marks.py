@@ -3,8 +3,9 @@
 A deleted session keeps a tombstone (its counter row) so that no sequence or version
 of its id is ever valid again (docs/zett.md, "Deleting and starting again"). Purging the
 tombstone (:mod:`chatledger.tombstones`) replaces it, in the deleting transaction, by
-a row of ``high_water_marks``: the store (:data:`ZETT`, :data:`REIN`), the SHA-256 of
-the id's UTF-8 bytes (:func:`digest`), the last sequence and the version the id
+a row of ``high_water_marks``: the store (:data:`ZETT`, :data:`REIN`, :data:`OPENAI`,
+:data:`ADK`), the SHA-256 of the id's UTF-8 bytes (:func:`digest`; an ADK session's
+id is its whole key, :func:`adk_id`), the last sequence and the version the id
 reached, and when it was purged. No title, parent, timestamp of the session or id is
 kept; an id one already knows can still be checked against its digest.
 
@@ -17,7 +18,7 @@ exactly as the tombstone it replaced:
 * :func:`reached` -- the mark of an id, by a locking read (MySQL's locking reads see
   the last committed row whatever the snapshot; PostgreSQL at READ COMMITTED reads
   each statement anew).
-* :func:`kept` -- whether an id has a mark (a plain read).
+* :func:`kept` -- whether an id has a mark (a plain read); :func:`seen`, the mark itself.
 * :func:`take` -- the same, removing the mark: the new row carries the high water on.
 * :func:`raise_to` -- write the mark of a purged tombstone (never lowering one).
 """
@@ -25,6 +26,7 @@ exactly as the tombstone it replaced:
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +40,12 @@ from .schema import high_water_marks_table
 ZETT = 0
 #: The store of a rein session id (``rein_sessions``).
 REIN = 1
+#: The store of an OpenAI Agents session id (``openai_sessions``): the mark keeps its last
+#: sequence and its ``generation``.
+OPENAI = 2
+#: The store of an ADK session (``adk_sessions``), keyed by :func:`adk_id`: the mark keeps
+#: its last sequence and its ``state_version``.
+ADK = 3
 
 _marks = high_water_marks_table
 
@@ -45,6 +53,13 @@ _marks = high_water_marks_table
 def digest(id: str) -> str:
     """The key of ``id``'s mark: SHA-256 of its UTF-8 bytes, 64 lowercase hex digits."""
     return hashlib.sha256(id.encode("utf-8")).hexdigest()
+
+
+def adk_id(app_name: str, user_id: str, id: str) -> str:
+    """The id an ADK session's mark is kept under: its whole key (ADK's sessions are
+    keyed by app, user and id), as a compact JSON array of the three; :func:`digest`ed
+    like any other id."""
+    return json.dumps([app_name, user_id, id], ensure_ascii=False, separators=(",", ":"))
 
 
 def _this(store: int, id: str) -> Any:
@@ -62,6 +77,13 @@ async def kept(conn: AsyncConnection, store: int, id: str) -> bool:
     """Whether ``id`` has a mark in ``store``: a plain read (a read transaction's, as a
     settle runs in)."""
     return await conn.scalar(select(_marks.c.id_digest).where(_this(store, id))) is not None
+
+
+async def seen(conn: AsyncConnection, store: int, id: str) -> Any | None:
+    """The mark of ``id`` in ``store`` (``last_sequence``, ``version``) by a plain read, or
+    ``None`` (what a settle reads)."""
+    statement = select(_marks.c.last_sequence, _marks.c.version).where(_this(store, id))
+    return (await conn.execute(statement)).one_or_none()
 
 
 async def take(conn: AsyncConnection, store: int, id: str) -> Any | None:

@@ -1,21 +1,27 @@
 """Retention: delete the sessions idle longer than a duration, and purge the tombstones
-of deleted ones after a horizon, zett's and rein's (``docs/retention.md``).
+of deleted ones after a horizon: zett's, rein's, the OpenAI Agents SDK's (``openai``) and
+Google ADK's (``adk``) (``docs/retention.md``).
 
 :func:`apply` runs a :class:`Policy` on a database through the stores' own guarded
 operations, never a read-then-act loop of its own:
 
-* idle sessions -- ``LedgerSessionStorage.purge_sessions`` and
-  ``LedgerSessionStore.apurge`` (:mod:`chatledger.selection`): each session is deleted
+* idle sessions -- ``LedgerSessionStorage.purge_sessions``,
+  ``LedgerSessionStore.apurge`` and the adapters' ``purge_sessions``
+  (:mod:`chatledger.openai_agents.items`, :mod:`chatledger.adk.rows`;
+  :mod:`chatledger.selection`): each session is deleted
   in a transaction whose tombstone ``UPDATE`` checks the cutoff again, so one written
   to after it was read is kept; every deleted id keeps its tombstone.
-* tombstones -- ``purge_tombstones`` / ``apurge_tombstones``
-  (:mod:`chatledger.tombstones`): each tombstone deleted before the horizon is replaced
+* tombstones -- ``purge_tombstones`` / ``apurge_tombstones``, for OpenAI and ADK
+  :func:`chatledger.tombstones.purge_tombstones` itself (:mod:`chatledger.tombstones`):
+  each tombstone deleted before the horizon is replaced
   by its high-water mark in the deleting transaction; no sequence or version of the id
   is ever valid again.
 
 Both work in batches (``batch_size`` ids read per page) and are counted; a dry run
 counts what each would delete now and changes nothing. Each kind is handled only when
-its package is installed (``chatledger[zett]``, ``chatledger[rein]``).
+its package is installed (``chatledger[zett]``, ``chatledger[rein]``,
+``chatledger[openai-agents]``, ``chatledger[adk]``). ADK's ``app:`` and ``user:`` state is
+never deleted: the app's and user's other sessions share it.
 """
 
 from __future__ import annotations
@@ -28,15 +34,16 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from . import clock, tombstones
+from . import clock, tombstones, validate
 from .dsn import resolve_dsn
 from .engine import Ledger
 from .errors import WrongType
-from .schema import rein_sessions_table, sessions_table
 from .selection import PURGE_BATCH, Progress, Selection, count
 
 #: The kinds of session, in the order :func:`apply` handles them.
-KINDS = ("zett", "rein")
+KINDS = ("zett", "rein", "openai", "adk")
+#: The kinds whose sessions the adapters' own functions delete, on a ledger of the run's.
+_FRAMEWORKS = ("openai", "adk")
 
 
 @dataclass(frozen=True)
@@ -79,20 +86,24 @@ class Report:
     tombstones: dict[str, int] = field(default_factory=dict)
 
 
-def _live(kind: str) -> Any:
-    if kind == "rein":
-        return rein_sessions_table.c.session_json.is_not(None)
-    return sessions_table.c.deleted_at.is_(None)
-
-
-def _table(kind: str) -> Any:
-    return rein_sessions_table if kind == "rein" else sessions_table
+def _installed(kind: str) -> bool:
+    """Whether the adapter of ``kind`` (``openai``, ``adk``) can be imported."""
+    try:
+        if kind == "openai":
+            from .openai_agents import items  # noqa: F401
+        else:
+            from .adk import rows  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @asynccontextmanager
 async def _stores(url: URL, kinds: tuple[str, ...], options: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """The zett storage and the rein store of the database, each if its package is installed."""
+    """The zett storage and the rein store of the database, and one ledger for the
+    OpenAI and ADK kinds (under each of their names), each if its package is installed."""
     opened: dict[str, Any] = {}
+    ledger: Ledger | None = None
     try:
         if "zett" in kinds:
             try:
@@ -108,8 +119,14 @@ async def _stores(url: URL, kinds: tuple[str, ...], options: dict[str, Any]) -> 
                 pass
             else:
                 opened["rein"] = LedgerSessionStore(url, **options)
+        for kind in _FRAMEWORKS:
+            if kind in kinds and _installed(kind):
+                ledger = ledger or Ledger(url, **options)
+                opened[kind] = ledger
         yield opened
     finally:
+        if ledger is not None:
+            await ledger.close()
         if "zett" in opened:
             await opened["zett"].close()
         if "rein" in opened:
@@ -131,11 +148,12 @@ async def apply(
 
     Args:
         dry_run: count what would be deleted now; delete nothing.
-        kinds: ``"zett"`` and/or ``"rein"``; a kind whose package is not installed is
-            left out of the report.
+        kinds: some of :data:`KINDS` (``"zett"``, ``"rein"``, ``"openai"``, ``"adk"``);
+            a kind whose package is not installed is left out of the report.
         batch_size: ids read per page (at least 1).
-        progress: called after each candidate with its id and whether it was deleted
-            (for rein on the store's loop thread).
+        progress: called after each candidate with its id (ADK's: the tuple
+            ``(app_name, user_id, id)``) and whether it was deleted (for rein on the
+            store's loop thread).
         options: the stores' options (:class:`chatledger.options.LedgerOptions`).
 
     Raises:
@@ -147,7 +165,8 @@ async def apply(
         raise WrongType(f"policy must be a chatledger.retention.Policy, not {type(policy).__name__}")
     unknown = [kind for kind in kinds if kind not in KINDS]
     if unknown or not kinds:
-        raise ValueError(f"kinds must name zett and/or rein, not {list(kinds)!r}")
+        raise ValueError(f"kinds must name some of {', '.join(KINDS)}, not {list(kinds)!r}")
+    batch_size = validate.integer(batch_size, "batch_size", minimum=1)
     now = clock.utc_now()
     idle = None if policy.idle is None else Selection.of(idle_before=now - policy.idle)
     before = (
@@ -162,10 +181,10 @@ async def apply(
             selector = Ledger(url, **options)
             try:
                 for kind in stores:
+                    store = tombstones.STORES[kind]
                     if idle is not None:
-                        report.sessions[kind] = await count(selector, _table(kind), _live(kind), idle)
+                        report.sessions[kind] = await count(selector, store.table, store.live, idle)
                     if before is not None:
-                        store = tombstones.ZETT if kind == "zett" else tombstones.REIN
                         report.tombstones[kind] = await tombstones.pending(selector, store, before)
             finally:
                 await selector.close()
@@ -173,9 +192,9 @@ async def apply(
         for kind, store in stores.items():
             if idle is None:
                 continue
-            kept: list[str] = []
+            kept: list[Any] = []
 
-            def seen(session_id: str, done: bool, kept: list[str] = kept) -> object:
+            def seen(session_id: Any, done: bool, kept: list[Any] = kept) -> object:
                 if not done:
                     kept.append(session_id)
                 return None if progress is None else progress(session_id, done)
@@ -187,8 +206,10 @@ async def apply(
             }
             if kind == "zett":
                 report.sessions[kind] = await store.purge_sessions(**arguments)
-            else:
+            elif kind == "rein":
                 report.sessions[kind] = await store.apurge(**arguments)
+            else:
+                report.sessions[kind] = await _purge_framework(kind, store, idle, batch_size, seen)
             report.kept[kind] = len(kept)
         for kind, store in stores.items():
             if before is None:
@@ -196,6 +217,21 @@ async def apply(
             arguments = {"deleted_before": before, "batch_size": batch_size, "progress": progress}
             if kind == "zett":
                 report.tombstones[kind] = await store.purge_tombstones(**arguments)
-            else:
+            elif kind == "rein":
                 report.tombstones[kind] = await store.apurge_tombstones(**arguments)
+            else:
+                report.tombstones[kind] = await tombstones.purge_tombstones(
+                    store, tombstones.STORES[kind], before, size=batch_size, progress=progress
+                )
     return report
+
+
+async def _purge_framework(kind: str, ledger: Ledger, idle: Selection, size: int, progress: Progress) -> int:
+    """The idle sessions of ``openai`` or ``adk`` deleted by the adapter's own purge."""
+    if kind == "openai":
+        from .openai_agents import items
+
+        return await items.purge_sessions(ledger, idle, size=size, progress=progress)
+    from .adk import rows
+
+    return await rows.purge_sessions(ledger, idle, size=size, progress=progress)

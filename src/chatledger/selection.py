@@ -6,7 +6,8 @@ the candidates (a read), and again in each candidate's deleting transaction, in 
 WHERE of the tombstone ``UPDATE``. A session written to after its page was read has
 moved its ``updated_at`` past the cutoff, so the ``UPDATE`` matches no row and the
 session stays, with what was written. :func:`purge` does both; the zett storage's
-``purge_sessions`` and the rein store's ``purge`` call it with their own delete.
+``purge_sessions``, the rein store's ``purge`` and the OpenAI and ADK adapters'
+``purge_sessions`` call it with their own delete.
 
 An id prefix is matched literally (``%``, ``_`` and ``\\`` are characters) and byte
 for byte on every backend (:func:`id_prefix`).
@@ -33,10 +34,11 @@ if TYPE_CHECKING:
 #: Candidates read per page while purging.
 PURGE_BATCH = 500
 
-#: Called after each candidate's conditional delete with its id and whether it was
-#: deleted (``False``: written to, or deleted, since its page was read). May return an
-#: awaitable, which is awaited before the purge goes on.
-Progress = Callable[[str, bool], object]
+#: Called after each candidate's conditional delete with its id (an ADK session's:
+#: the tuple ``(app_name, user_id, id)``) and whether it was deleted (``False``: written
+#: to, or deleted, since its page was read). May return an awaitable, which is awaited
+#: before the purge goes on.
+Progress = Callable[[Any, bool], object]
 
 _LAST_CHARACTER = chr(0x10FFFF)
 
@@ -160,6 +162,15 @@ async def count(ledger: Ledger, table: Table, live: ColumnElement[bool], selecti
     return await ledger.read(work)
 
 
+def _after(order: Sequence[ColumnElement[Any]], row: Any) -> ColumnElement[bool]:
+    """Rows after ``row`` in ``order`` (lexicographic, column by column): the keyset of
+    the next page."""
+    values = [row._mapping[column.key] for column in order]
+    return or_(
+        *(and_(*(order[j] == values[j] for j in range(i)), order[i] > values[i]) for i in range(len(order)))
+    )
+
+
 async def candidates(
     ledger: Ledger,
     table: Table,
@@ -168,29 +179,23 @@ async def candidates(
     size: int = PURGE_BATCH,
     *,
     versions: Sequence[str] = (),
+    key: Sequence[str] = ("id",),
 ) -> AsyncIterator[list[Any]]:
     """The live sessions selected, a page of at most ``size`` rows at a time, each page
-    its own read; each row has the ``id`` and the ``versions`` columns named (what
+    its own read; each row has the ``key`` columns (``id``; an ADK session's
+    ``app_name``, ``user_id``, ``id``) and the ``versions`` columns named (what
     :func:`purge` checks again when it deletes). Keyset paging, so a deletion cannot
-    make a page repeat or skip an id: with a cutoff, in activity order (``updated_at``,
-    then id; the activity index); by prefix alone, in id order (the primary key's
-    range)."""
+    make a page repeat or skip a session: with a cutoff, in activity order
+    (``updated_at``, then the key; the activity index); by prefix alone, in key order
+    (the primary key's range)."""
     conditions = [live, *selection.where(table, ledger.backend)]
-    by_activity = selection.idle_before is not None
-    order = (table.c.updated_at, table.c.id) if by_activity else (table.c.id,)
+    keys = [table.c[name] for name in key]
+    order = [table.c.updated_at, *keys] if selection.idle_before is not None else keys
     after: Any = None
     while True:
         statement = select(*order, *(table.c[name] for name in versions)).where(*conditions)
         if after is not None:
-            if by_activity:
-                statement = statement.where(
-                    or_(
-                        table.c.updated_at > after.updated_at,
-                        and_(table.c.updated_at == after.updated_at, table.c.id > after.id),
-                    )
-                )
-            else:
-                statement = statement.where(table.c.id > after.id)
+            statement = statement.where(_after(order, after))
         statement = statement.order_by(*order).limit(size)
 
         async def work(conn: AsyncConnection, statement: Any = statement) -> list[Any]:
@@ -208,9 +213,10 @@ async def purge(
     table: Table,
     live: ColumnElement[bool],
     selection: Selection,
-    delete: Callable[[str, Mapping[str, Any]], Awaitable[bool]],
+    delete: Callable[[Any, Mapping[str, Any]], Awaitable[bool]],
     *,
     versions: Sequence[str] = (),
+    key: Sequence[str] = ("id",),
     size: int = PURGE_BATCH,
     progress: Progress | None = None,
 ) -> int:
@@ -219,14 +225,18 @@ async def purge(
     still as the page read them (given as the mapping), in its tombstone ``UPDATE``'s
     WHERE. A session written to after its page was read is kept, even by a write that
     leaves ``updated_at`` alone (a checkpoint: "last active" is the raw log's last
-    message, as zett-agent defines it). Returns how many it deleted."""
+    message, as zett-agent defines it). ``delete`` and ``progress`` get the session's
+    id, or with a ``key`` of several columns the tuple of their values (an ADK
+    session's ``(app_name, user_id, id)``). Returns how many it deleted."""
     deleted = 0
-    async for page in candidates(ledger, table, live, selection, size, versions=versions):
+    async for page in candidates(ledger, table, live, selection, size, versions=versions, key=key):
         for row in page:
-            done = await delete(row.id, {name: row._mapping[name] for name in versions})
+            mapping = row._mapping
+            session = mapping[key[0]] if len(key) == 1 else tuple(mapping[name] for name in key)
+            done = await delete(session, {name: mapping[name] for name in versions})
             deleted += done
             if progress is not None:
-                reported = progress(row.id, done)
+                reported = progress(session, done)
                 if inspect.isawaitable(reported):
                     await reported
     return deleted

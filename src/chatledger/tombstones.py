@@ -2,9 +2,11 @@
 versions are never valid twice.
 
 A deleted session's tombstone (zett: its counter row with ``deleted_at`` set; rein:
-its row with no session JSON) keeps the id and its last sequence and versions
-(docs/zett.md, "Deleting and starting again"). :func:`purge` deletes the tombstones older
-than a cutoff and, in the same transaction, keeps their high water in a mark
+its row with no session JSON; an OpenAI Agents session: its counter row cleared,
+``deleted_at`` set; an ADK session: its row with ``deleted_at`` set) keeps the id
+and its last sequence and versions (docs/zett.md, "Deleting and starting again").
+:func:`purge` deletes the tombstones older than a cutoff and, in the same
+transaction, keeps their high water in a mark
 (:mod:`chatledger.marks`): the store, a digest of the id, the last sequence and the
 version, nothing else.
 
@@ -20,12 +22,18 @@ writer of any age, holding any view of the id, is treated as the tombstone treat
   mark's last sequence, with a ``fields_version`` above the mark's;
 * a rein save numbers its version on from the mark's (a compare-and-set at a version
   read before the delete is refused, as it was against the tombstone);
+* an OpenAI Agents session's next ``add_items`` starts it anew, its sequences and
+  ``generation`` numbered on from the mark's;
+* an ADK ``create_session`` of the key starts it anew, its counter and
+  ``state_version`` numbered on from the mark's (a stale ``Session`` object is refused);
 * an import (``chatledger import``/``copy``) of a session row below the mark is refused.
 
 So no sequence or version is reused, whatever the horizon; a shorter horizon only
 forgets sooner when and which session was deleted. Two conditions, both stated in
 ``docs/retention.md``: every writer runs code of revision 0005 or later (the code of
-0004, which ``compatible_from`` lets run, ignores marks), and on PostgreSQL the
+0004, which ``compatible_from`` lets run, ignores marks; and the OpenAI Agents and ADK
+adapters' first code, of 0006, ignores them too: their tombstones are purged only once
+every writer of theirs runs this code or later), and on PostgreSQL the
 writers' isolation is READ COMMITTED or SERIALIZABLE -- at REPEATABLE READ a first
 append that waited for a purge of the same id cannot see its mark, so a ledger whose
 database defaults to it writes at READ COMMITTED (``Backend.write_isolation_instead``).
@@ -33,8 +41,9 @@ database defaults to it writes at READ COMMITTED (``Backend.write_isolation_inst
 **Conditional.** Candidates are read a page at a time; each is deleted in its own
 transaction whose ``DELETE`` checks again that the row is still a tombstone older
 than the cutoff and still at the versions the page read: a tombstone revived or
-re-created in between (``create_session``, a rein save) is kept. A purge whose COMMIT's
-answer was lost is looked up (the tombstone still there, or its mark), so a run goes on.
+re-created in between (``create_session``, a rein save, an OpenAI add, an ADK create)
+is kept. A purge whose COMMIT's answer was lost is looked up (the tombstone still
+there, or its mark), so a run goes on.
 """
 
 from __future__ import annotations
@@ -44,11 +53,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Table, delete, select
+from sqlalchemy import ColumnElement, Table, and_, delete, select
 
 from . import clock, marks, validate
 from .errors import WrongType
 from .schema import (
+    adk_events_table,
+    adk_sessions_table,
+    openai_items_table,
+    openai_sessions_table,
     raw_messages_table,
     rein_sessions_table,
     rein_writes_table,
@@ -63,29 +76,95 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Store:
-    """One store's tombstones: their table, how a tombstone older than a cutoff reads,
-    the columns a purge checks again, and what its mark keeps."""
+    """One store's tombstones: their table and key, which rows are tombstones and when
+    each was deleted, the columns a purge checks again, what its mark keeps, and the
+    rows of other tables a purge removes with it."""
 
     table: Table
     store: int
+    #: The columns a purge checks again, as its page read them (every write moves one).
     versions: tuple[str, ...]
+    #: The columns the mark keeps: the last sequence (``None``: 0) and the version.
+    high_water_columns: tuple[str | None, str]
+    #: The column that says when a tombstone was deleted.
+    deleted: str
+    #: The key columns (an ADK session's is ``app_name``, ``user_id``, ``id``).
+    key: tuple[str, ...] = ("id",)
+    #: Tables whose rows of the id go with the tombstone: (table, its key columns).
+    leftovers: tuple[tuple[Table, tuple[str, ...]], ...] = ()
+
+    @property
+    def live(self) -> ColumnElement[bool]:
+        """Rows that are sessions, not tombstones."""
+        if self.store == marks.REIN:
+            return self.table.c.session_json.is_not(None)
+        return self.table.c.deleted_at.is_(None)
 
     def older_than(self, cutoff: datetime) -> ColumnElement[bool]:
         table = self.table
-        if self.store == marks.ZETT:
-            return table.c.deleted_at.is_not(None) & (table.c.deleted_at < cutoff)
-        return table.c.session_json.is_(None) & (table.c.updated_at < cutoff)
+        if self.store == marks.REIN:
+            return table.c.session_json.is_(None) & (table.c.updated_at < cutoff)
+        return table.c.deleted_at.is_not(None) & (table.c[self.deleted] < cutoff)
 
     def high_water(self, seen: Mapping[str, Any]) -> tuple[int, int]:
-        if self.store == marks.ZETT:
-            return int(seen["last_sequence"]), int(seen["fields_version"])
-        return 0, int(seen["version"])
+        sequence, version = self.high_water_columns
+        return (0 if sequence is None else int(seen[sequence])), int(seen[version])
+
+    def values(self, key: Any) -> tuple[str, ...]:
+        """The key's values: ``key`` is the id, or the tuple of a key of several columns."""
+        return (key,) if len(self.key) == 1 else tuple(key)
+
+    def mark_id(self, key: Any) -> str:
+        """The id the mark of ``key`` is kept under (:func:`chatledger.marks.adk_id` for ADK)."""
+        values = self.values(key)
+        return values[0] if len(values) == 1 else marks.adk_id(*values)
+
+    def where(self, table: Table, columns: tuple[str, ...], key: Any) -> ColumnElement[bool]:
+        return and_(*(table.c[name] == value for name, value in zip(columns, self.values(key), strict=True)))
 
 
 #: zett tombstones: ``deleted_at`` is when it was deleted; a revive bumps ``fields_version``.
-ZETT = _Store(sessions_table, marks.ZETT, ("last_sequence", "fields_version"))
+ZETT = _Store(
+    sessions_table,
+    marks.ZETT,
+    ("last_sequence", "fields_version"),
+    ("last_sequence", "fields_version"),
+    "deleted_at",
+    leftovers=((raw_messages_table, ("session_id",)), (snapshots_table, ("session_id",))),
+)
 #: rein tombstones: the delete set ``updated_at``; every save and delete bumps ``version``.
-REIN = _Store(rein_sessions_table, marks.REIN, ("version",))
+REIN = _Store(
+    rein_sessions_table,
+    marks.REIN,
+    ("version",),
+    (None, "version"),
+    "updated_at",
+    leftovers=((rein_writes_table, ("session_id",)),),
+)
+#: OpenAI Agents tombstones: a cleared (or deleted) session, ``deleted_at`` set; every
+#: add moves ``last_sequence``, every clear ``generation``.
+OPENAI = _Store(
+    openai_sessions_table,
+    marks.OPENAI,
+    ("last_sequence", "generation"),
+    ("last_sequence", "generation"),
+    "deleted_at",
+    leftovers=((openai_items_table, ("session_id",)),),
+)
+#: ADK tombstones: a deleted session, ``deleted_at`` set; every append moves
+#: ``last_sequence`` (a delete too), every state change ``state_version``.
+ADK = _Store(
+    adk_sessions_table,
+    marks.ADK,
+    ("last_sequence", "state_version"),
+    ("last_sequence", "state_version"),
+    "deleted_at",
+    key=("app_name", "user_id", "id"),
+    leftovers=((adk_events_table, ("app_name", "user_id", "session_id")),),
+)
+
+#: Every store's tombstones, by kind of session.
+STORES: Mapping[str, _Store] = {"zett": ZETT, "rein": REIN, "openai": OPENAI, "adk": ADK}
 
 
 def cutoff(horizon: timedelta | None, deleted_before: datetime | None) -> datetime:
@@ -126,28 +205,26 @@ async def purge_tombstones(
 ) -> int:
     """Delete ``store``'s tombstones older than ``cutoff`` (timezone-aware), each in its
     own conditional transaction that writes its mark; returns how many it purged.
-    Pages of ``size`` ids, in id order."""
+    Pages of ``size`` tombstones, in key order."""
     table = store.table
     older = store.older_than(cutoff)
 
-    async def purge_one(id: str, seen: Mapping[str, Any]) -> bool:
+    async def purge_one(key: Any, seen: Mapping[str, Any]) -> bool:
+        this = store.where(table, store.key, key)
+        as_read = [older, *(table.c[name] == value for name, value in seen.items())]
+
         async def work(conn: Any) -> bool:
             # The DELETE first: it takes the row lock (SQLite's write lock) and decides.
-            gone = await conn.execute(
-                delete(table).where(
-                    table.c.id == id, older, *(table.c[name] == value for name, value in seen.items())
-                )
-            )
+            gone = await conn.execute(delete(table).where(this, *as_read))
             if gone.rowcount != 1:
                 return False
             last_sequence, version = store.high_water(seen)
-            await marks.raise_to(conn, store.store, id, last_sequence, version, clock.utc_now())
-            if store.store == marks.ZETT:
-                # Nothing is left of a tombstone but rows an outside writer put there.
-                await conn.execute(delete(raw_messages_table).where(raw_messages_table.c.session_id == id))
-                await conn.execute(delete(snapshots_table).where(snapshots_table.c.session_id == id))
-            else:
-                await conn.execute(delete(rein_writes_table).where(rein_writes_table.c.session_id == id))
+            await marks.raise_to(
+                conn, store.store, store.mark_id(key), last_sequence, version, clock.utc_now()
+            )
+            # Nothing is left of a tombstone but rows an outside writer put there.
+            for leftover, columns in store.leftovers:
+                await conn.execute(delete(leftover).where(store.where(leftover, columns, key)))
             return True
 
         async def settle(conn: Any) -> bool | None:
@@ -155,18 +232,22 @@ async def purge_tombstones(
             # was not committed (try again; the DELETE decides anew). Gone with its mark
             # there: purged, by this call or another purge. Gone and no mark: re-created
             # since (the mark carried on by the new row), so counted as kept.
-            still = await conn.scalar(
-                select(table.c.id).where(
-                    table.c.id == id, older, *(table.c[name] == value for name, value in seen.items())
-                )
-            )
+            still = await conn.scalar(select(table.c[store.key[-1]]).where(this, *as_read))
             if still is not None:
                 return None
-            return await marks.kept(conn, store.store, id)
+            return await marks.kept(conn, store.store, store.mark_id(key))
 
         # A retention run goes on after a lost COMMIT: the purge is looked up, not left unknown.
         return await ledger.write(work, settle=settle)
 
     return await purge(
-        ledger, table, older, Selection(), purge_one, versions=store.versions, size=size, progress=progress
+        ledger,
+        table,
+        older,
+        Selection(),
+        purge_one,
+        versions=store.versions,
+        key=store.key,
+        size=size,
+        progress=progress,
     )

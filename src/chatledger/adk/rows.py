@@ -23,7 +23,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError
 from sqlalchemy import ColumnElement, Table, and_, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import clock, validate
+from .. import clock, marks, validate
 from ..engine import Ledger
 from ..errors import ConstraintViolation
 from ..savepoints import insert_unless_present
@@ -31,6 +31,7 @@ from ..schema import adk_app_states_table as _apps
 from ..schema import adk_events_table as _events
 from ..schema import adk_sessions_table as _sessions
 from ..schema import adk_user_states_table as _users
+from ..selection import PURGE_BATCH, Progress, Selection, purge
 
 #: ADK's own words for a stale session (``DatabaseSessionService``'s message).
 STALE_MESSAGE = (
@@ -217,15 +218,30 @@ async def create(ledger: Ledger, key: Key, deltas: Deltas) -> Head:
         if current is not None and current.live:
             raise exists
         values = {"state_json": state_json, "created_at": stamp, "updated_at": stamp}
-        if current is None:
+        revived = 0
+        if current is not None:  # a tombstone: the key starts again, numbering on from it (see delete)
+            revived = (
+                await conn.execute(
+                    update(_sessions)
+                    .where(key.session(), _sessions.c.deleted_at.is_not(None))
+                    .values(deleted_at=None, state_version=_sessions.c.state_version + 1, **values)
+                )
+            ).rowcount
+        if revived != 1:
+            # No row, or the tombstone read above was purged before the UPDATE could lock
+            # it: the purge's mark, if any, carries the counter and the state version on.
+            mark = await marks.take(conn, marks.ADK, marks.adk_id(key.app_name, key.user_id, key.id))
+            base = 0 if mark is None else int(mark.last_sequence)
             await conn.execute(
-                insert(_sessions).values(app_name=key.app_name, user_id=key.user_id, id=key.id, **values)
-            )
-        else:  # a tombstone: the key starts again, numbering on from it (see delete)
-            await conn.execute(
-                update(_sessions)
-                .where(key.session(), _sessions.c.deleted_at.is_not(None))
-                .values(deleted_at=None, state_version=_sessions.c.state_version + 1, **values)
+                insert(_sessions).values(
+                    app_name=key.app_name,
+                    user_id=key.user_id,
+                    id=key.id,
+                    last_sequence=base,
+                    base_sequence=base,
+                    state_version=1 if mark is None else int(mark.version) + 1,
+                    **values,
+                )
             )
         await _merge_shared(conn, _apps, key.app_name, key.user_id, deltas.app, stamp)
         await _merge_shared(conn, _users, key.app_name, key.user_id, deltas.user, stamp)
@@ -537,17 +553,95 @@ async def delete_session(ledger: Ledger, key: Key) -> bool:
     generation numbers on from there: a ``Session`` object read before the delete
     never matches the counter again, so its appends are refused (``SessionNotFoundError``
     while the tombstone stands, ``StaleSessionError`` once the key was created again).
+    ``app:`` and ``user:`` state stays: the app's and user's other sessions share it.
 
     Returns:
         Whether a live session was deleted (a missing one is no error, as in ADK).
     """
+    return await _delete(ledger, key, Selection())
+
+
+async def keys_of(ledger: Ledger, session_id: str) -> list[Key]:
+    """The keys of the live sessions with the id ``session_id``, in every app and user,
+    in key order (a scan of ``adk_sessions``: its key starts with the app and user)."""
+    query = (
+        select(_sessions.c.app_name, _sessions.c.user_id)
+        .where(_sessions.c.id == session_id, _live)
+        .order_by(_sessions.c.app_name, _sessions.c.user_id)
+    )
+
+    async def work(conn: AsyncConnection) -> list[Key]:
+        return [Key(row.app_name, row.user_id, session_id) for row in await conn.execute(query)]
+
+    result: list[Key] = await ledger.read(work)
+    return result
+
+
+#: The columns a purge checks again: every append (and delete) moves ``last_sequence``,
+#: every change of the session state ``state_version``.
+_WRITTEN = ("last_sequence", "state_version")
+#: The key columns a purge pages by.
+_KEY = ("app_name", "user_id", "id")
+
+
+def scope(app_name: str | None = None, user_id: str | None = None) -> ColumnElement[bool]:
+    """Live sessions, only ``app_name``'s and/or ``user_id``'s if given (what a purge
+    and its count select from)."""
+    conditions: list[ColumnElement[bool]] = [_live]
+    if app_name is not None:
+        conditions.append(_sessions.c.app_name == app_name)
+    if user_id is not None:
+        conditions.append(_sessions.c.user_id == user_id)
+    return and_(*conditions)
+
+
+async def purge_sessions(
+    ledger: Ledger,
+    selection: Selection,
+    *,
+    app_name: str | None = None,
+    user_id: str | None = None,
+    size: int = PURGE_BATCH,
+    progress: Progress | None = None,
+) -> int:
+    """Delete the sessions ``selection`` holds (:mod:`chatledger.selection`; its prefix
+    is of the session id), of every app and user or only ``app_name``'s / ``user_id``'s,
+    each as :func:`delete_session` does, in a transaction of its own whose ``UPDATE``
+    checks the selection and the row as its page read it: a session appended to or
+    whose state changed meanwhile is kept. ``app:`` and ``user:`` state stays. Returns
+    how many it deleted; ``progress`` gets each ``(app_name, user_id, id)`` and whether
+    it was deleted."""
+
+    async def delete_one(found: tuple[str, str, str], seen: Mapping[str, Any]) -> bool:
+        return await _delete(ledger, Key(*found), selection, seen)
+
+    return await purge(
+        ledger,
+        _sessions,
+        scope(app_name, user_id),
+        selection,
+        delete_one,
+        versions=_WRITTEN,
+        key=_KEY,
+        size=size,
+        progress=progress,
+    )
+
+
+async def _delete(
+    ledger: Ledger, key: Key, selection: Selection, seen: Mapping[str, Any] | None = None
+) -> bool:
+    """The one delete: tombstones the session if it is live and still in ``selection``
+    (and, for a purge, still as ``seen`` when its page was read)."""
     latest = ledger.backend.latest
+    selected = selection.where(_sessions, ledger.backend)
+    selected += [_sessions.c[name] == value for name, value in (seen or {}).items()]
 
     async def work(conn: AsyncConnection) -> bool:
         now = clock.utc_now()
         gone = await conn.execute(
             update(_sessions)
-            .where(key.session(), _live)
+            .where(key.session(), _live, *selected)
             .values(
                 last_sequence=_sessions.c.last_sequence + 1,
                 deleted_at=now,
@@ -566,8 +660,23 @@ async def delete_session(ledger: Ledger, key: Key) -> bool:
         return True
 
     async def settle(conn: AsyncConnection) -> bool | None:
-        live = await conn.scalar(select(_live).where(key.session()))
-        return None if live else True
+        if seen is None:
+            live = await conn.scalar(select(_live).where(key.session()))
+            return None if live else True
+        # A purge's delete whose COMMIT's answer was lost: still live and selected, it
+        # was not committed (try again); the tombstone of that very row (its counter and
+        # state version one on), it was; anything else was written meanwhile: kept.
+        if await conn.scalar(select(_sessions.c.id).where(key.session(), _live, *selected)) is not None:
+            return None
+        ours = await conn.scalar(
+            select(_sessions.c.id).where(
+                key.session(),
+                _sessions.c.deleted_at.is_not(None),
+                _sessions.c.last_sequence == seen["last_sequence"] + 1,
+                _sessions.c.state_version == seen["state_version"] + 1,
+            )
+        )
+        return ours is not None
 
     result: bool = await ledger.write(work, settle=settle, write_id=key.id)
     return result

@@ -10,7 +10,7 @@ range of sequences is gap-free, and two pops never retract the same item.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,11 +18,12 @@ from typing import Any
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import clock, telemetry
+from .. import clock, marks, telemetry, validate
 from ..engine import Ledger
 from ..errors import ConstraintViolation
 from ..schema import openai_items_table as _items
 from ..schema import openai_sessions_table as _sessions
+from ..selection import PURGE_BATCH, Progress, Selection, purge
 
 #: Largest ``LIMIT`` bound: a BIGINT (the SDK's compaction asks for 2**31 - 1 items).
 _MAX_LIMIT = 2**63 - 1
@@ -78,10 +79,21 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
             )
         )
         if moved.rowcount == 0:
-            # The first add: a concurrent one inserts the row too and one of the two
-            # fails on the key, which add_items then makes again (see below).
+            # The first add (or the first since a purge of the session's tombstone): its
+            # mark, if any, carries the sequences and the generation on. A concurrent
+            # first add inserts the row too and one of the two fails on the key, which
+            # add_items then makes again (see below).
+            mark = await marks.take(conn, marks.OPENAI, session_id)
+            base = 0 if mark is None else int(mark.last_sequence)
             await conn.execute(
-                insert(_sessions).values(id=session_id, last_sequence=count, created_at=now, updated_at=now)
+                insert(_sessions).values(
+                    id=session_id,
+                    last_sequence=base + count,
+                    base_sequence=base,
+                    generation=1 if mark is None else int(mark.version) + 1,
+                    created_at=now,
+                    updated_at=now,
+                )
             )
         row = (
             await conn.execute(
@@ -114,6 +126,9 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
         if found is not None:
             return True
         generation = await conn.scalar(select(_sessions.c.generation).where(_sessions.c.id == session_id))
+        if generation is None:  # cleared and its tombstone purged since: the mark has it
+            mark = await marks.seen(conn, marks.OPENAI, session_id)
+            generation = None if mark is None else mark.version
         if attempted and generation is not None and generation > attempted[0]:
             return True
         return None
@@ -272,6 +287,108 @@ async def clear(ledger: Ledger, session_id: str) -> None:
 
     with telemetry.operation(ledger, "openai", "clear_session", session_id):
         await ledger.write(work, settle=settle)
+
+
+#: The columns a purge checks again: every add moves ``last_sequence``, every clear
+#: ``generation``, and a pop only ``updated_at`` (it takes no sequence): a session
+#: popped after its page was read is kept, even by a purge with no cutoff (by prefix).
+_WRITTEN = ("last_sequence", "generation", "updated_at")
+
+
+async def delete_session(ledger: Ledger, session_id: str, *, idle_before: datetime | None = None) -> bool:
+    """Delete the session ``session_id``, as :func:`clear` does: its items are erased,
+    its counter row stays as the tombstone (``deleted_at`` set, the next generation
+    taken), and the next ``add_items`` starts it anew numbered on after it.
+
+    With ``idle_before`` (timezone-aware) only a session last written to
+    before it is deleted, as the deleting ``UPDATE`` decides. Returns whether a session
+    was deleted (``False``: none under the id, cleared already, or active since).
+    A lost COMMIT raises ``OutcomeUnknown``: retried, the delete could erase what was
+    added after it.
+
+    Raises:
+        ValueError: a naive ``idle_before`` or one outside the instants every backend
+            stores. WrongType: ``idle_before`` is not a ``datetime``.
+    """
+    cutoff = validate.optional_aware(idle_before, "idle_before")
+    return await _delete(ledger, session_id, Selection(idle_before=cutoff))
+
+
+async def purge_sessions(
+    ledger: Ledger, selection: Selection, *, size: int = PURGE_BATCH, progress: Progress | None = None
+) -> int:
+    """Delete the sessions ``selection`` holds (:mod:`chatledger.selection`), each as
+    :func:`delete_session` does, in a transaction of its own whose ``UPDATE`` checks the
+    selection and the counter row as its page read it (``last_sequence``,
+    ``generation``, ``updated_at``): a session added to, popped or cleared meanwhile is
+    kept. Returns how many it deleted; ``progress`` gets each id and whether it was
+    deleted."""
+
+    async def delete_one(session_id: str, seen: Mapping[str, Any]) -> bool:
+        return await _delete(ledger, session_id, selection, seen)
+
+    return await purge(
+        ledger,
+        _sessions,
+        _sessions.c.deleted_at.is_(None),
+        selection,
+        delete_one,
+        versions=_WRITTEN,
+        size=size,
+        progress=progress,
+    )
+
+
+async def _delete(
+    ledger: Ledger, session_id: str, selection: Selection, seen: Mapping[str, Any] | None = None
+) -> bool:
+    """The one delete: clears the session if it is live and still in ``selection`` (and,
+    for a purge, still at the counter row ``seen`` when its page was read)."""
+    latest = ledger.backend.latest
+    selected = selection.where(_sessions, ledger.backend)
+    selected += [_sessions.c[name] == value for name, value in (seen or {}).items()]
+    this = [_sessions.c.id == session_id, _sessions.c.deleted_at.is_(None), *selected]
+
+    async def work(conn: AsyncConnection) -> bool:
+        now = clock.utc_now()
+        # The counter row first: its lock makes a concurrent add wait, which then starts
+        # the next generation after the tombstone.
+        cleared = await conn.execute(
+            update(_sessions)
+            .where(*this)
+            .values(
+                generation=_sessions.c.generation + 1,
+                base_sequence=_sessions.c.last_sequence,
+                deleted_at=now,
+                updated_at=latest(_sessions.c.updated_at, now),
+            )
+        )
+        if cleared.rowcount != 1:
+            return False
+        await conn.execute(delete(_items).where(_items.c.session_id == session_id))
+        return True
+
+    async def settle(conn: AsyncConnection) -> bool | None:
+        # A purge's delete whose COMMIT's answer was lost: still live and selected, it
+        # was not committed (try again); the tombstone of that very row (one generation
+        # on, the same last sequence), it was; anything else was written meanwhile: kept.
+        assert seen is not None
+        if await conn.scalar(select(_sessions.c.id).where(*this)) is not None:
+            return None
+        ours = await conn.scalar(
+            select(_sessions.c.id).where(
+                _sessions.c.id == session_id,
+                _cleared,
+                _sessions.c.last_sequence == seen["last_sequence"],
+                _sessions.c.generation == seen["generation"] + 1,
+            )
+        )
+        return ours is not None
+
+    with telemetry.operation(ledger, "openai", "delete", session_id) as span:
+        deleted: bool = await ledger.write(work, settle=None if seen is None else settle)
+        span.set("chatledger.deleted", deleted)
+        return deleted
 
 
 async def count_live(ledger: Ledger, session_id: str) -> int:

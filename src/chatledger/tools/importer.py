@@ -46,6 +46,7 @@ from ..errors import ChatledgerError, StorageUnavailable
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
 from . import interrupt
 from .logs import LOG_STORES, STATES, LogStore, StateTable
+from .logs import OPENAI as OPENAI_LOG
 from .progress import Tracker, progress
 from .rows import (
     FORMAT,
@@ -956,6 +957,14 @@ class Importer:
         ).one_or_none()
         if stored is None:
             too_large = self._oversize(store.head, row) if store.head in _LONG_TEXTS else None
+            if too_large is None:
+                # A purged tombstone's mark, as for a zett session: the row must number on.
+                if store is OPENAI_LOG:
+                    store_id, mark_id, version = marks.OPENAI, row["id"], row.get("generation", 1)
+                else:
+                    mark_id = marks.adk_id(row["app_name"], row["user_id"], row["id"])
+                    store_id, version = marks.ADK, row.get("state_version", 1)
+                too_large = await _below_mark(conn, store_id, mark_id, row["base_sequence"], version)
             if too_large is not None:
                 await self._rollback()
                 self._refuse(session, too_large)

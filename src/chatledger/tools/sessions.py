@@ -1,11 +1,13 @@
-"""``chatledger sessions``: list, show, delete and purge stored sessions, zett's and rein's;
-``list`` and ``show`` also the OpenAI Agents SDK's and Google ADK's
-(:mod:`chatledger.tools.framework_sessions`).
+"""``chatledger sessions``: list, show, delete and purge stored sessions: zett's, rein's,
+the OpenAI Agents SDK's and Google ADK's (the last two read by
+:mod:`chatledger.tools.framework_sessions`).
 
 Everything goes through the stores' public methods (``list_sessions``,
 ``get_session``, ``load``, ``delete_session``, ``purge_sessions``; rein's
-``alist_sessions``, ``aload_versioned``, ``adelete``, ``apurge``), so a deletion here
-is exactly the stores' own. Only the dry run and the count that ``purge`` asks with
+``alist_sessions``, ``aload_versioned``, ``adelete``, ``apurge``) and the adapters'
+own guarded deletes (:func:`chatledger.openai_agents.items.delete_session` and
+``purge_sessions``, :func:`chatledger.adk.rows.delete_session` and ``purge_sessions``),
+so a deletion here is exactly theirs. Only the dry run and the count that ``purge`` asks with
 read the tables directly, through :mod:`chatledger.selection`, which decides what the
 stores' purge deletes too.
 
@@ -31,9 +33,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .. import tombstones
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
-from ..schema import rein_sessions_table, sessions_table
+from ..schema import adk_sessions_table, rein_sessions_table, sessions_table
 from ..selection import PURGE_BATCH, Selection, candidates, count
 from .kinds import KINDS
 from .progress import progress
@@ -120,7 +123,7 @@ async def _missing(stores: Stores, url: URL, kind: str, package: str, *, explici
         try:
 
             async def work(conn: AsyncConnection) -> bool:
-                return await conn.scalar(select(table.c.id).where(_live(kind)).limit(1)) is not None
+                return await conn.scalar(select(table.c.id).where(_chosen(kind).live).limit(1)) is not None
 
             explicit = await ledger.read(work)
         finally:
@@ -373,37 +376,71 @@ def confirm(console: Console, question: str) -> bool:
 
 
 async def delete(
-    dsn: str | URL | None, session_id: str, console: Console, *, yes: bool, kinds: Sequence[str] = KINDS
+    dsn: str | URL | None,
+    session_id: str,
+    console: Console,
+    *,
+    yes: bool,
+    kinds: Sequence[str] = KINDS,
+    app_name: str | None = None,
+    user_id: str | None = None,
 ) -> int:
-    """Delete a session of every kind that has this id, after asking (unless ``yes``).
+    """Delete a session of every kind that has this id (ADK: of every app and user that
+    has it, or only ``app_name``'s / ``user_id``'s), after asking (unless ``yes``).
 
     Returns the exit status: 0 deleted, 1 no such session (also when it was deleted by
     another between the question and the answer) or not confirmed.
     """
-    async with open_stores(dsn, kinds) as stores:
-        found: list[tuple[str, str]] = []
+    from .framework_sessions import open_frameworks
+
+    async with open_stores(dsn, kinds) as stores, open_frameworks(_existing(dsn), kinds) as frameworks:
+        for note in frameworks.notes:
+            _say(console, note)
+        found: list[tuple[str, Any, str]] = []
         if stores.zett is not None:
             summary = await stores.zett.get_session(session_id)
             if summary is not None:
                 messages = counted(summary.message_count, "message")
-                found.append(("zett", f"zett session {session_id!r} ({messages})"))
+                found.append(("zett", None, f"zett session {session_id!r} ({messages})"))
         if stores.rein is not None and await stores.rein.acontains(session_id):
-            found.append(("rein", f"rein session {session_id!r}"))
+            found.append(("rein", None, f"rein session {session_id!r}"))
+        ledger = frameworks.ledger
+        if ledger is not None and frameworks.openai:
+            from ..openai_agents import items
+
+            held = await items.summary(ledger, session_id)
+            if held is not None:
+                found.append(
+                    ("openai", None, f"openai session {session_id!r} ({counted(held.items, 'item')})")
+                )
+        if ledger is not None and frameworks.adk:
+            from ..adk import rows
+
+            for stored in await rows.find(ledger, session_id, app_name, user_id):
+                where = f"of app {stored.key.app_name!r}, user {stored.key.user_id!r}"
+                events = counted(stored.events, "event")
+                found.append(("adk", stored.key, f"adk session {session_id!r} {where} ({events})"))
         if not found:
             _say(console, f"no session {session_id!r}")
             return 1
-        what = " and ".join(description for _, description in found)
+        what = " and ".join(description for _, _, description in found)
         if not yes and not confirm(console, f"delete {what} with all its history?"):
             _say(console, "nothing deleted")
             return 1
         deleted = 0
-        for kind, description in found:
+        for kind, key, description in found:
             # The store's delete decides (it finds the session, or not, in its own
             # transaction): what was read for the question may be gone by the answer.
             if kind == "zett":
                 done = await stores.zett.delete_session(session_id)
-            else:
+            elif kind == "rein":
                 done = await stores.rein.adelete(session_id)
+            elif kind == "openai":
+                assert ledger is not None  # found through it
+                done = await items.delete_session(ledger, session_id)
+            else:
+                assert ledger is not None
+                done = await rows.delete_session(ledger, key)
             deleted += done
             _say(
                 console, f"deleted {description}" if done else f"{description}: deleted meanwhile by another"
@@ -423,16 +460,31 @@ def _describe(selection: Selection) -> str:
     return " and ".join(parts)
 
 
-def _live(kind: str) -> Any:
+@dataclass(frozen=True)
+class _Chosen:
+    """What a purge of one kind selects from: the sessions table, its live rows (ADK's
+    of one app and/or user only), and the key columns its pages are read by."""
+
+    table: Any
+    live: Any
+    key: tuple[str, ...]
+    #: ADK's scope (``None``: every app, every user).
+    app_name: str | None = None
+    user_id: str | None = None
+
+
+def _chosen(kind: str, app_name: str | None = None, user_id: str | None = None) -> _Chosen:
     """Rows that are sessions, not tombstones of deleted ones (which keep stale writers
-    out, and only retention's tombstone purge removes): no ``deleted_at``; a rein row with its JSON."""
-    if kind == "rein":
-        return rein_sessions_table.c.session_json.is_not(None)
-    return sessions_table.c.deleted_at.is_(None)
-
-
-def _table(kind: str) -> Any:
-    return rein_sessions_table if kind == "rein" else sessions_table
+    out, and only retention's tombstone purge removes): no ``deleted_at``; a rein row
+    with its JSON."""
+    store = tombstones.STORES[kind]
+    live = store.live
+    if kind == "adk":
+        if app_name is not None:
+            live = live & (adk_sessions_table.c.app_name == app_name)
+        if user_id is not None:
+            live = live & (adk_sessions_table.c.user_id == user_id)
+    return _Chosen(store.table, live, store.key, app_name, user_id)
 
 
 async def purge(
@@ -444,16 +496,20 @@ async def purge(
     dry_run: bool,
     yes: bool,
     kinds: Sequence[str] = KINDS,
+    app_name: str | None = None,
+    user_id: str | None = None,
 ) -> int:
     """Delete the selected sessions of each kind, with a progress bar, after asking
     (unless ``yes``); a dry run lists the first :data:`SHOWN_IDS` ids of each kind it
-    would delete, and counts them all.
+    would delete (ADK's as ``app/user/id``), and counts them all. ADK's are of every
+    app and user, or only ``app_name``'s / ``user_id``'s.
 
     The deleting is the stores' own purge (``LedgerSessionStorage.purge_sessions``,
-    ``LedgerSessionStore.apurge``), with the cutoff taken once, here: each session is
-    deleted only if its deleting transaction still finds it selected, so one written
-    to after it was counted or paged is kept (and said so). The prefix is matched
-    literally and byte for byte (:func:`chatledger.selection.id_prefix`).
+    ``LedgerSessionStore.apurge``, the adapters' ``purge_sessions``), with the cutoff
+    taken once, here: each session is deleted only if its deleting transaction still
+    finds it selected and as its page read it, so one written to after it was counted
+    or paged is kept (and said so). The prefix is matched literally and byte for byte
+    (:func:`chatledger.selection.id_prefix`).
 
     Each purged id keeps its tombstone, as a deleted session's does: a zett append to
     it raises ``SessionDeleted``, ``create_session(session_id=...)`` starts it anew.
@@ -467,29 +523,42 @@ async def purge(
     if older_than is None and not prefix:
         raise ValueError("say what to purge: --older-than DURATION and/or --prefix PREFIX")
     selection = Selection.of(older_than=older_than, prefix=prefix or None)
+    chosen = {kind: _chosen(kind, app_name, user_id) for kind in kinds}
     # The selection reads through a ledger of its own: the rein store's runs on its
     # private loop thread, and a pool serves one event loop only.
     selector = Ledger(_existing(dsn), auto_upgrade=False)
     try:
-        return await _purge(selector, dsn, console, selection, dry_run=dry_run, yes=yes, kinds=kinds)
+        return await _purge(selector, dsn, console, selection, chosen, dry_run=dry_run, yes=yes)
     finally:
         await selector.close()
 
 
 def _how_many(counts: dict[str, int], kinds: Sequence[str]) -> str:
-    """``3 zett sessions and 1 rein session``."""
-    return " and ".join(counted(counts[kind], f"{kind} session") for kind in kinds)
+    """``3 zett sessions and 1 rein session``: a kind with none is left out, unless all
+    have none."""
+    some = [kind for kind in kinds if counts[kind]] or list(kinds)
+    return " and ".join(counted(counts[kind], f"{kind} session") for kind in some)
+
+
+def _shown(row: Any, key: tuple[str, ...]) -> str:
+    """A candidate as the dry run lists it: its id, ADK's ``app/user/id``."""
+    return "/".join(str(row._mapping[name]) for name in key)
 
 
 async def _list_selected(
-    selector: Ledger, console: Console, selection: Selection, counts: dict[str, int], kinds: Sequence[str]
+    selector: Ledger,
+    console: Console,
+    selection: Selection,
+    counts: dict[str, int],
+    chosen: dict[str, _Chosen],
 ) -> None:
     """The dry run's listing: the first :data:`SHOWN_IDS` ids of each kind (oldest
-    activity first with a cutoff, else in id order), then how many more."""
-    for kind in kinds:
-        async for page in candidates(selector, _table(kind), _live(kind), selection, SHOWN_IDS):
+    activity first with a cutoff, else in key order), then how many more."""
+    for kind in counts:
+        of = chosen[kind]
+        async for page in candidates(selector, of.table, of.live, selection, SHOWN_IDS, key=of.key):
             for row in page:
-                _say(console, f"  {kind}  {row.id}")
+                _say(console, f"  {kind}  {_shown(row, of.key)}")
             break
         more = counts[kind] - min(counts[kind], SHOWN_IDS)
         if more:
@@ -501,22 +570,31 @@ async def _purge(
     dsn: str | URL | None,
     console: Console,
     selection: Selection,
+    chosen: dict[str, _Chosen],
     *,
     dry_run: bool,
     yes: bool,
-    kinds: Sequence[str],
 ) -> int:
-    async with open_stores(dsn, kinds) as stores:
-        for note in stores.notes:
+    from .framework_sessions import open_frameworks
+
+    kinds = list(chosen)
+    async with open_stores(dsn, kinds) as stores, open_frameworks(_existing(dsn), kinds) as frameworks:
+        for note in stores.notes + frameworks.notes:
             _say(console, note)
-        present = stores.kinds(kinds)
-        counts = {kind: await count(selector, _table(kind), _live(kind), selection) for kind in present}
+        present = [
+            kind
+            for kind in kinds
+            if getattr(stores, kind, None) is not None or getattr(frameworks, kind, False)
+        ]
+        counts = {
+            kind: await count(selector, chosen[kind].table, chosen[kind].live, selection) for kind in present
+        }
         what = _how_many(counts, present)
         described = _describe(selection)
         if dry_run:
             listing = ":" if any(counts.values()) else ""
             _say(console, f"would delete {what} {described} (dry run: nothing deleted){listing}")
-            await _list_selected(selector, console, selection, counts, present)
+            await _list_selected(selector, console, selection, counts, chosen)
             return 0
         if not any(counts.values()):
             _say(console, f"no sessions {described}")
@@ -525,13 +603,15 @@ async def _purge(
             _say(console, "nothing deleted")
             return 1
         deleted = dict.fromkeys(present, 0)
-        kept: list[str] = []
+        kept: list[Any] = []
         with progress(console) as bars:
             for kind in present:
+                if not counts[kind]:
+                    continue
                 task = bars.add_task(f"{kind} sessions", total=counts[kind])
 
                 # On the rein store's loop thread for rein: rich's bars take a lock.
-                def advance(session_id: str, done: bool, task: Any = task) -> None:
+                def advance(session_id: Any, done: bool, task: Any = task) -> None:
                     bars.advance(task)
                     if not done:
                         kept.append(session_id)
@@ -544,10 +624,30 @@ async def _purge(
                 }
                 if kind == "zett":
                     deleted[kind] = await stores.zett.purge_sessions(**options)
-                else:
+                elif kind == "rein":
                     deleted[kind] = await stores.rein.apurge(**options)
+                else:
+                    assert frameworks.ledger is not None  # a present framework kind has it
+                    deleted[kind] = await _purge_framework(
+                        kind, frameworks.ledger, selection, chosen[kind], advance
+                    )
         said = f"deleted {_how_many(deleted, present)} {described}"
         if kept:
             said += f"; kept {counted(len(kept), 'session')} written to (or deleted) meanwhile"
         _say(console, said)
         return 0
+
+
+async def _purge_framework(
+    kind: str, ledger: Ledger, selection: Selection, chosen: _Chosen, advance: Any
+) -> int:
+    """The adapter's own purge of ``openai`` or ``adk`` (ADK's scoped as ``chosen`` is)."""
+    if kind == "openai":
+        from ..openai_agents import items
+
+        return await items.purge_sessions(ledger, selection, progress=advance)
+    from ..adk import rows
+
+    return await rows.purge_sessions(
+        ledger, selection, app_name=chosen.app_name, user_id=chosen.user_id, progress=advance
+    )

@@ -12,6 +12,7 @@ from datetime import timedelta
 from rich.console import Console
 
 from ...options import LedgerOptions
+from ..kinds import KINDS
 from ..words import counted
 from .shared import Command, add_dsn
 
@@ -22,7 +23,8 @@ SERVICE_BUDGET: float = LedgerOptions.model_fields["retry_timeout"].default
 
 HELP = (
     "delete the sessions idle longer than a duration and purge the tombstones of sessions deleted "
-    "longer ago than a horizon, zett's and rein's (docs/retention.md)"
+    "longer ago than a horizon: zett's, rein's, openai's (OpenAI Agents SDK) and adk's (Google ADK) "
+    "(docs/retention.md)"
 )
 
 
@@ -37,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="purge the tombstones of sessions deleted longer ago than AGE (their ids' high-water "
         "marks stay, so no sequence or version is reused)",
     )
-    parser.add_argument("--kind", choices=("zett", "rein"), help="only this kind of session (default: both)")
+    parser.add_argument("--kind", choices=KINDS, help="only this kind of session (default: all)")
     parser.add_argument("--dry-run", action="store_true", help="delete nothing: count what would be deleted")
     parser.add_argument(
         "--batch-size", type=int, default=500, metavar="N", help="ids read per batch (default: 500)"
@@ -104,7 +106,8 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     purged = "would purge" if report.dry_run else "purged"
     for kind in kinds:
         if kind not in report.sessions and kind not in report.tombstones:
-            console.print(f"{kind}: not installed (pip install 'chatledger[{kind}]')", markup=False)
+            extra = {"openai": "openai-agents"}.get(kind, kind)
+            console.print(f"{kind}: not installed (pip install 'chatledger[{extra}]')", markup=False)
             continue
         parts = []
         if kind in report.sessions:

@@ -10,14 +10,12 @@ from rich.console import Console
 from ..kinds import KINDS
 from .shared import Command, add_dsn
 
-#: The kinds ``delete`` and ``purge`` handle so far (``list`` and ``show``: all of KINDS).
-_DELETED_KINDS = ("zett", "rein")
-
 #: What deleting a session leaves of its id, as ``sessions delete`` and ``purge`` say it.
 _RESERVED = (
     "each deleted id keeps a tombstone, so a zett append to it raises SessionDeleted (a late "
     "writer never revives it) until create_session(session_id=...) starts it anew; a rein save "
-    "starts it anew"
+    "starts it anew; an openai id's next add_items and an adk key's next create_session start it "
+    "anew, numbered on after it (app: and user: state stays)"
 )
 
 
@@ -32,6 +30,10 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         default = "both" if len(kinds) == 2 else "all"
         sub.add_argument("--kind", choices=kinds, help=f"only this kind of session (default: {default})")
         return sub
+
+    def scoped(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--app", metavar="APP", help="with --kind adk: only sessions of this app_name")
+        sub.add_argument("--user", metavar="USER", help="with --kind adk: only sessions of this user_id")
 
     listing = action(
         "list",
@@ -59,18 +61,19 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     delete = action(
         "delete",
         "delete one session with its whole history (asks first)",
-        f"delete one session with its whole history (asks first; exit 1 if not confirmed). {_RESERVED}",
-        _DELETED_KINDS,
+        f"delete one session with its whole history (asks first; exit 1 if not confirmed); adk: every "
+        f"app's and user's session with this id, or --app's / --user's. {_RESERVED}",
     )
     delete.add_argument("id", metavar="ID")
+    scoped(delete)
     delete.add_argument("--yes", action="store_true", help="do not ask")
     purge = action(
         "purge",
         "delete old sessions in batches (asks first)",
         "delete the sessions last active before a time and/or whose id starts with a prefix, in "
         f"batches (asks first; exit 1 if not confirmed). Purged ids stay reserved: {_RESERVED}",
-        _DELETED_KINDS,
     )
+    scoped(purge)
     purge.add_argument(
         "--older-than",
         metavar="AGE",
@@ -89,6 +92,11 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
     from .. import sessions
 
     kinds = (args.kind,) if args.kind else sessions.KINDS
+    scope: dict[str, str | None] = {}
+    if args.action in ("delete", "purge"):
+        if (args.app is not None or args.user is not None) and args.kind != "adk":
+            raise ValueError("--app and --user are for --kind adk")
+        scope = {"app_name": args.app, "user_id": args.user}
     if args.action == "list":
         listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
         sessions.print_list(listing, console, as_json=args.json)
@@ -105,10 +113,17 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
         )
         return 0 if found else 1
     if args.action == "delete":
-        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds)
+        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds, **scope)
     age = sessions.parse_age(args.older_than) if args.older_than is not None else None
     return await sessions.purge(
-        args.dsn, console, older_than=age, prefix=args.prefix, dry_run=args.dry_run, yes=args.yes, kinds=kinds
+        args.dsn,
+        console,
+        older_than=age,
+        prefix=args.prefix,
+        dry_run=args.dry_run,
+        yes=args.yes,
+        kinds=kinds,
+        **scope,
     )
 
 
