@@ -22,6 +22,7 @@ from chatledger.openai_agents import LedgerSession
 from chatledger.schema import openai_items_table as items
 from chatledger.schema import openai_sessions_table as sessions
 from chatledger.testing import OpenAISessionContract
+from chatledger.tools.bench.floor import RoundTrips
 
 from .conftest import Database
 from .support.race_workers import add_openai_items
@@ -171,3 +172,33 @@ async def test_processes_add_to_one_session(database: Database, session_id: str,
     for start_at in range(0, total, 2):  # each add's two items are adjacent, in order
         worker, n, _ = stored[start_at].split("-")
         assert stored[start_at : start_at + 2] == [f"{worker}-{n}-0", f"{worker}-{n}-1"]
+
+
+#: The statements of an add to an existing session: the counter bump returns the range
+#: where the database returns an UPDATE's rows; MySQL/MariaDB read it after the bump.
+ADD_STATEMENTS = {
+    "postgresql": ["UPDATE openai_sessions", "INSERT INTO openai_items"],
+    "sqlite": ["UPDATE openai_sessions", "INSERT INTO openai_items"],
+    "mysql": ["UPDATE openai_sessions", "SELECT openai_sessions.last_sequence,", "INSERT INTO openai_items"],
+}
+
+
+async def test_an_add_costs_its_bump_and_its_insert(
+    ledger: Ledger, open_session: Callable[[str], Any], session_id: str, database: Database
+) -> None:
+    """An add to an existing session sends the counter bump and one INSERT of its items
+    (plus the range's read where an UPDATE returns no rows), and no BEGIN of its own on
+    SQLite (its first statement writes)."""
+    session = open_session(session_id)
+    await session.add_items([{"role": "user", "content": "first"}])
+    trips = RoundTrips(ledger.engine)
+    try:
+        await session.add_items([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+        expected = ADD_STATEMENTS[database.backend]
+        assert len(trips.sent) == len(expected), trips.sent
+        assert all(sent.startswith(start) for sent, start in zip(trips.sent, expected, strict=True)), (
+            trips.sent
+        )
+    finally:
+        trips.close()
+    assert [item["content"] for item in await session.get_items()] == ["first", "a", "b"]

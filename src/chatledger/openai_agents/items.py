@@ -38,6 +38,14 @@ _cleared = _sessions.c.deleted_at.is_not(None)
 _of_session = _items.c.session_id
 
 
+@dataclass(frozen=True)
+class _Range:
+    """A new counter row's last sequence and generation, as an add inserted them."""
+
+    last_sequence: int
+    generation: int
+
+
 def decode(session_id: str, sequence: int, item_json: str) -> Any:
     """One stored item; a row that is not JSON is named, never skipped silently."""
     try:
@@ -65,7 +73,7 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
         now = clock.utc_now()
         # Lock the counter row and take the range; a cleared session starts its next
         # generation here (created_at before deleted_at: MySQL assigns left to right).
-        moved = await conn.execute(
+        bump = (
             update(_sessions)
             .where(_sessions.c.id == session_id)
             .ordered_values(
@@ -78,28 +86,39 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
                 (_sessions.c.deleted_at, None),
             )
         )
-        if moved.rowcount == 0:
+        # Where the database returns an UPDATE's rows (SQLAlchemy's dialect says), the
+        # range comes back with the bump: one statement fewer than reading it after.
+        returning = conn.dialect.update_returning
+        moved = await conn.execute(
+            bump.returning(_sessions.c.last_sequence, _sessions.c.generation) if returning else bump
+        )
+        row: Any = moved.one_or_none() if returning else None
+        if row is None and (returning or moved.rowcount == 0):
             # The first add (or the first since a purge of the session's tombstone): its
             # mark, if any, carries the sequences and the generation on. A concurrent
             # first add inserts the row too and one of the two fails on the key, which
             # add_items then makes again (see below).
             mark = await marks.take(conn, marks.OPENAI, session_id)
             base = 0 if mark is None else int(mark.last_sequence)
+            row = _Range(last_sequence=base + count, generation=1 if mark is None else int(mark.version) + 1)
             await conn.execute(
                 insert(_sessions).values(
                     id=session_id,
-                    last_sequence=base + count,
+                    last_sequence=row.last_sequence,
                     base_sequence=base,
-                    generation=1 if mark is None else int(mark.version) + 1,
+                    generation=row.generation,
                     created_at=now,
                     updated_at=now,
                 )
             )
-        row = (
-            await conn.execute(
-                select(_sessions.c.last_sequence, _sessions.c.generation).where(_sessions.c.id == session_id)
-            )
-        ).one()
+        if row is None:
+            row = (
+                await conn.execute(
+                    select(_sessions.c.last_sequence, _sessions.c.generation).where(
+                        _sessions.c.id == session_id
+                    )
+                )
+            ).one()
         first = row.last_sequence - count + 1
         await conn.execute(
             insert(_items),
@@ -135,7 +154,10 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
 
     with telemetry.operation(ledger, "openai", "add_items", session_id) as span:
         span.set("chatledger.items", count)
-        await _first_add_retried(lambda: ledger.write(work, settle=settle, write_id=item_ids[0]))
+        # Its first statement writes (the bump): SQLite's BEGIN comes with it.
+        await _first_add_retried(
+            lambda: ledger.write(work, settle=settle, write_id=item_ids[0], first_writes=True)
+        )
 
 
 async def _first_add_retried(call: Callable[[], Awaitable[bool]]) -> None:
