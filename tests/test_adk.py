@@ -25,6 +25,7 @@ from chatledger.adk.rows import Deltas, Key, append
 from chatledger.schema import adk_events_table as events
 from chatledger.testing import AdkSessionServiceContract
 from chatledger.testing.adk import event
+from chatledger.tools.bench.floor import RoundTrips
 
 from .conftest import Database
 from .support.adk_scripted import ScriptedLlm, call, text
@@ -277,3 +278,35 @@ async def test_first_shared_state_rows_created_at_once(service: LedgerSessionSer
         assert {key for key in fresh.state if key.startswith("user:")} == {
             f"user:k{index}" for index in range(16) if index % 4 == 0
         }
+
+
+#: The statements of an append_event without state deltas: the counter bump (which
+#: returns the new updated_at where the database returns an UPDATE's rows) and the
+#: event's INSERT; MySQL/MariaDB read updated_at after.
+APPEND_STATEMENTS = {
+    "postgresql": ["UPDATE adk_sessions", "INSERT INTO adk_events"],
+    "sqlite": ["UPDATE adk_sessions", "INSERT INTO adk_events"],
+    "mysql": ["UPDATE adk_sessions", "INSERT INTO adk_events", "SELECT adk_sessions.updated_at"],
+}
+
+
+async def test_an_append_costs_its_bump_and_its_insert(
+    service: LedgerSessionService, app: str, database: Database
+) -> None:
+    """An append to a session read by this process sends no BEGIN of its own on SQLite
+    (its first statement writes) and no read but where an UPDATE returns no rows."""
+    session = await service.create_session(app_name=app, user_id="u")
+    await service.append_event(session, event("first"))
+    trips = RoundTrips(service.ledger.engine)
+    try:
+        await service.append_event(session, event("counted"))
+        expected = APPEND_STATEMENTS[database.backend]
+        pairs = zip(trips.sent, expected, strict=True)
+        assert len(trips.sent) == len(expected) and all(sent.startswith(start) for sent, start in pairs), (
+            trips.sent
+        )
+    finally:
+        trips.close()
+    again = await service.get_session(app_name=app, user_id="u", session_id=session.id)
+    assert again is not None and len(again.events) == 2
+    assert again.last_update_time == session.last_update_time

@@ -321,14 +321,20 @@ async def append(
     async def work(conn: AsyncConnection) -> tuple[int, datetime]:
         now = clock.utc_now()
         expected = await _expected(conn, key, seen, last_event_id)
-        moved = await conn.execute(
+        bump = (
             update(_sessions)
             .where(key.session(), _live, _sessions.c.last_sequence == expected)
             .values(
                 last_sequence=_sessions.c.last_sequence + 1, updated_at=latest(_sessions.c.updated_at, now)
             )
         )
-        if moved.rowcount != 1:
+        # Where the database returns an UPDATE's rows (SQLAlchemy's dialect says), the
+        # new updated_at comes back with the bump instead of a read at the end.
+        returning = conn.dialect.update_returning
+        moved = await conn.execute(bump.returning(_sessions.c.updated_at) if returning else bump)
+        updated: Any = moved.scalar_one_or_none() if returning else None
+        matched = updated is not None if returning else moved.rowcount == 1
+        if not matched:
             await _refuse(conn, key)
         sequence = expected + 1
         if deltas.session:
@@ -359,7 +365,8 @@ async def append(
                 created_at=now,
             )
         )
-        updated = await conn.scalar(select(_sessions.c.updated_at).where(key.session()))
+        if not returning:
+            updated = await conn.scalar(select(_sessions.c.updated_at).where(key.session()))
         return sequence, updated if isinstance(updated, datetime) else now
 
     async def settle(conn: AsyncConnection) -> tuple[int, datetime] | None:
@@ -372,7 +379,10 @@ async def append(
         ).one_or_none()
         return None if row is None else (int(row.sequence), row.created_at)
 
-    result: tuple[int, datetime] = await ledger.write(work, settle=settle, write_id=event_id)
+    # With the caller's marker, the first statement is the bump: SQLite's BEGIN comes with it.
+    result: tuple[int, datetime] = await ledger.write(
+        work, settle=settle, write_id=event_id, first_writes=seen is not None
+    )
     return result
 
 
