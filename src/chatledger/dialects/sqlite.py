@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import ConfigurationError
 from ..options import LedgerOptions
-from .appends import MESSAGE_INSERT, append_params, counter_upsert, save_rein_returning
+from .appends import MESSAGE_INSERT, append_params, counted_insert, counter_upsert, save_rein_returning
 from .base import (
     AUTOCOMMIT_FIX,
     BEGUN_BY_DRIVER,
@@ -58,6 +58,29 @@ async def _append_sqlite(
     if sequence is not None:
         await conn.execute(MESSAGE_INSERT, {**params, "sequence": sequence})
     return sequence
+
+
+_SQLITE_COUNTED_INSERT = counted_insert()
+
+
+async def _append_sqlite_counted(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """SQLite with revision 0007's trigger: the insert alone, numbered from the counter
+    row, which the trigger then moves along (:func:`.appends.counted_insert`); the
+    counter upsert and the insert when it selected no counter row."""
+    params = append_params(values, row, now)
+    sequence: int | None = (await conn.execute(_SQLITE_COUNTED_INSERT, params)).scalar_one_or_none()
+    if sequence is not None:
+        return sequence
+    return await _append_sqlite(conn, values, row, now)
+
+
+#: Whether the schema has revision 0007's counter trigger (read once per ledger).
+_COUNTER_TRIGGER_SQLITE = (
+    "SELECT count(*) FROM sqlite_master "
+    "WHERE type = 'trigger' AND name = 'raw_messages_counter' AND tbl_name = 'raw_messages'"
+)
 
 
 async def _save_rein_sqlite(
@@ -377,6 +400,8 @@ AIOSQLITE = Backend(
     schemes=("sqlite",),
     resolve_dsn=_resolve_dsn,
     append_message=_append_sqlite,
+    counted_append=_append_sqlite_counted,
+    counter_trigger_query=_COUNTER_TRIGGER_SQLITE,
     save_rein_session=_save_rein_sqlite,
     greatest=func.max,
     # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
