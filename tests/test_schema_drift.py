@@ -32,11 +32,18 @@ Edit = Callable[[str], str]
 def sqlite_rebuild(table: str, edit: Edit) -> Callable[[Connection], None]:
     """Rebuild a SQLite table from its ``CREATE TABLE`` statement changed by ``edit``,
     rows and indexes kept: the only way SQLite changes a constraint or a column's type
-    (SQLite's documentation, "ALTER TABLE", the generalized procedure)."""
+    (SQLite's documentation, "ALTER TABLE", the generalized procedure: the triggers are
+    dropped first and created again last, as the ones naming the table would break
+    its rename)."""
 
     def rebuild(connection: Connection) -> None:
         query = "SELECT type, sql FROM sqlite_master WHERE tbl_name = :name AND sql IS NOT NULL"
         found = connection.execute(text(query), {"name": table}).all()
+        triggers = connection.execute(
+            text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL")
+        ).all()
+        for name, _ in triggers:
+            connection.exec_driver_sql(f'DROP TRIGGER "{name}"')
         (created,) = [sql for kind, sql in found if kind == "table"]
         changed = edit(created)
         assert changed != created
@@ -49,6 +56,8 @@ def sqlite_rebuild(table: str, edit: Edit) -> Callable[[Connection], None]:
         for kind, sql in found:
             if kind == "index":
                 connection.exec_driver_sql(sql)
+        for _, sql in triggers:
+            connection.exec_driver_sql(sql)
 
     return rebuild
 

@@ -21,8 +21,9 @@ PostgreSQL's append is one statement already (a data-modifying CTE) and MySQL 8 
 no ``RETURNING``: on them this revision changes nothing. An expand-only revision:
 code of earlier revisions keeps appending correctly, so ``compatible_from`` keeps its
 predecessor's value. The downgrade drops the trigger. A later revision that rebuilds
-``raw_messages`` on SQLite (rename, create, copy, drop) drops the trigger with the
-old table and must create it again.
+a table on SQLite (create, copy, drop, rename: Alembic's batch mode) drops the trigger
+first and creates it again last: ``raw_messages``'s ``DROP TABLE`` drops it, and the
+``RENAME`` of a rebuilt ``agent_sessions`` fails while it names the dropped table.
 
 Frozen: this file imports nothing from chatledger.
 

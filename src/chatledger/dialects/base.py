@@ -327,6 +327,10 @@ class Backend:
     #: ledger at its schema check; the schema of an older revision has none, and the
     #: ledger keeps :attr:`append_message` on it.
     counter_trigger_query: str | None = None
+    #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)
+    #: to keep the database's triggers: SQLite drops a table's triggers with it, and
+    #: refuses to rename a table while a trigger names one that is missing.
+    rebuild_triggers: Callable[[Connection], tuple[tuple[str, ...], tuple[str, ...]]] | None = None
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver = field(default=_lacking("save_rein_session"), metadata=_REQUIRED)
     #: The greater of its arguments, in one SQL expression (NULL if any is NULL):
