@@ -22,6 +22,7 @@ from chatledger.migrate import schema_drift, upgrade_database
 from chatledger.tools.cli import run
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.schema_helpers import on_connection
 
@@ -410,6 +411,9 @@ async def test_rows_survive_the_fix(migrated: URL, backend: str, name: str) -> N
     assert_drops_nothing(drift.fix)
     await apply(migrated, list(drift.fix))
     assert await schema_drift(migrated) == []
+    if facts_of(backend).counter_follows_raw_log:  # the rebuild kept revision 0007's trigger
+        trigger = "SELECT count(*) FROM sqlite_master WHERE name = 'raw_messages_counter'"
+        assert await on_connection(migrated, lambda c: c.exec_driver_sql(trigger).scalar()) == 1
     async with LedgerSessionStorage(migrated) as storage:
         assert await storage.append("kept", "r3", UserMessage(content="m3"), message_id="m1") == 4
         assert await storage.append("kept", "r4", UserMessage(content="M3"), message_id="M1") == 5
