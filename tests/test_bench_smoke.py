@@ -65,8 +65,11 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
         assert stats.breakdown is not None
         assert stats.breakdown.cpu_ms > 0 and stats.breakdown.driver_ms > 0
         assert stats.breakdown.cpu_ms + stats.breakdown.waiting_ms >= stats.breakdown.wall_ms * 0.5
-    assert backend.append["chatledger"].breakdown.statements == 2  # counter upsert (sqlite3 begins), insert
+    assert backend.append["chatledger"].breakdown.statements == 1  # the insert (sqlite3 begins; 0007 trigger)
     assert backend.append["floor"].breakdown.statements == 2  # BEGIN, insert
+    ours, floor = backend.append["chatledger"].breakdown, backend.append["floor"].breakdown
+    assert (ours.round_trips, ours.hops) == (5, True) and floor.round_trips > 5, (ours, floor)
+    assert "1 statements, 5 thread hops" in backend.targets[0].reason
     assert "CPU of the event loop's thread" in backend.targets[0].reason
     for store in STORES:
         assert set(backend.load[store]) == {"5", "50", "200"}

@@ -14,6 +14,11 @@ zett's store's own append, but on MySQL/MariaDB: there zett's store cannot write
 adopted database at all (it passes the binary ids it reads back to aiomysql, which
 fails on bytes parameters with PyMySQL 2.2), so a plain INSERT, as zett's would be,
 stands in for it.
+
+On SQLite revision 0007's trigger moves the counter row along with a message numbered
+right after it, so zett's store keeps it in step from then on: the message past the
+counter is written there at revision 0006, as by zett before the upgrade, and the last
+test shows zett's store and chatledger numbering in turn after it.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from zett_agent.storage import SQLSessionStorage
 from chatledger import ChatledgerError, ConstraintViolation, CorruptData
 from chatledger.dsn import DSN_ENV
 from chatledger.integrity import REPAIR, REPAIR_DELETED
+from chatledger.migrate import downgrade_database, upgrade_database
 from chatledger.schema import raw_messages_table
 from chatledger.tools.adopt import adopt
 from chatledger.tools.cli import CHECK_PAST_COUNTER, run
@@ -58,6 +64,9 @@ async def adopted(database: Database, tmp_path: Path) -> AsyncIterator[tuple[URL
     ) as url:
         ids = await write_zett_sessions(url)
         await adopt(url)
+        follows = facts_of(database.backend).counter_follows_raw_log
+        if follows:  # the module docstring says why
+            assert await downgrade_database(url, "0006") == "0006"
         message = UserMessage(content="by zett, after adopt")
         if not facts_of(database.backend).zett_writes_adopted:  # the module docstring says why
             row = codec.raw_row(
@@ -79,6 +88,8 @@ async def adopted(database: Database, tmp_path: Path) -> AsyncIterator[tuple[URL
                 assert await zett.append(ids[0], "zett-req", message) == 8
             finally:
                 await zett.close()
+        if follows:
+            assert await upgrade_database(url) == "0007"
         yield url, ids
 
 
@@ -161,3 +172,25 @@ async def test_the_repair_leaves_a_deleted_sessions_next_generation_clean(
         await storage.create_session(session_id=ids[1])
         assert (await storage.load(ids[1])).raw_tail == []
         assert await storage.list_raw_messages(ids[1]) == []
+
+
+@pytest.mark.requires("counter_trigger")
+async def test_zett_numbering_after_the_counter_keeps_it_in_step_where_it_follows_the_log(
+    adopted: tuple[URL, list[str]],
+) -> None:
+    """Where a trigger moves the counter along (revision 0007 on SQLite), zett's store
+    appending after the repair takes the counter's next sequence and the counter follows:
+    chatledger's next append takes the one after, and ``check`` finds nothing."""
+    url, ids = adopted
+    await execute(url, REPAIR)
+    zett = SQLSessionStorage(zett_url(url))
+    try:
+        assert await zett.append(ids[0], "zett-req", UserMessage(content="by zett, in step")) == 9
+    finally:
+        await zett.close()
+    assert await run(["check", "--dsn", dsn_of(url)]) == 0
+    async with LedgerSessionStorage(url) as storage:
+        assert await storage.count_messages(ids[0]) == 9
+        assert await storage.append(ids[0], "r", UserMessage(content="by chatledger")) == 10
+        raw = await storage.list_raw_messages(ids[0])
+        assert [record.sequence for record in raw] == list(range(1, 11))

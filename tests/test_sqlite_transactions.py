@@ -105,9 +105,9 @@ def test_synchronous_accepts_only_full_or_normal() -> None:
 
 async def test_the_append_is_begun_immediate_by_sqlite3(sqlite_url: URL) -> None:
     """The append sends no BEGIN of its own: sqlite3 sends ``BEGIN IMMEDIATE`` itself,
-    right before the counter upsert (its first statement), so the append still holds
-    the write lock before it reads the counter; every other write still begins
-    explicitly (the test above)."""
+    right before the append's one INSERT (revision 0007: it reads the counter row and
+    the trigger moves it), so the append holds the write lock before it reads the
+    counter; every other write still begins explicitly (the test above)."""
     async with LedgerSessionStorage(sqlite_url) as storage:
         engine = storage.ledger.engine
         executed: list[str] = []  # as SQLite ran them, sqlite3's own included
@@ -127,5 +127,10 @@ async def test_the_append_is_begun_immediate_by_sqlite3(sqlite_url: URL) -> None
         executed.clear()
         assert await storage.append("s", "r", UserMessage(content="second")) == 2
         assert not any(statement.startswith("BEGIN") for statement in sent)
-        assert [statement.split()[0] for statement in executed] == ["BEGIN", "INSERT", "INSERT", "COMMIT"]
-        assert executed[0] == "BEGIN IMMEDIATE"
+        assert [statement.split()[0] for statement in sent] == ["INSERT"]
+        # SQLite traces the one INSERT again as each of its trigger programs (revision
+        # 0007's counter trigger, RETURNING) starts.
+        assert executed[0] == "BEGIN IMMEDIATE" and executed[-1] == "COMMIT"
+        assert executed[1:-1] and all(
+            statement.startswith("INSERT INTO raw_messages") for statement in executed[1:-1]
+        )

@@ -592,7 +592,11 @@ def _render(
         dialect=connection.dialect, opts={"as_sql": True, "output_buffer": output, "literal_binds": True}
     )
     operations_api = Operations(offline)
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     if backend.rebuilds_tables and table in present:
+        if backend.rebuild_triggers is not None:
+            before, after = backend.rebuild_triggers(connection)
         live = Table(table, MetaData(), autoload_with=connection)
         with operations_api.batch_alter_table(table, copy_from=live) as batch:
             for operation in operations:
@@ -600,4 +604,4 @@ def _render(
     else:
         for operation in operations:
             operations_api.invoke(operation)
-    return tuple(output.statements)
+    return (*before, *output.statements, *after)

@@ -105,6 +105,12 @@ class Ledger:
         self.readiness.statement_limit = value
 
     @property
+    def append_message(self) -> dialects.Appender:
+        """The backend's append this ledger runs on its schema (found by
+        :meth:`ensure_ready`): one statement where the schema's trigger allows it."""
+        return self.readiness.append_message
+
+    @property
     def auto_upgrade(self) -> bool:
         """Whether :meth:`ensure_ready` upgrades a database that is behind (the
         ``auto_upgrade`` option; unset: for a database file (SQLite), not a server)."""

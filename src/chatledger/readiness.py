@@ -49,6 +49,9 @@ class Readiness:
         #: Largest statement the server accepts, in bytes; read from the server (MySQL's
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.backend.statement_limit
+        #: The append this ledger runs: the backend's one-statement append once the check
+        #: found the counter trigger it needs (revision 0007), else the counter upsert's.
+        self.append_message = self.backend.append_message
 
     async def ensure_ready(self, transactions: Transactions) -> None:
         """See :meth:`chatledger.engine.Ledger.ensure_ready`; reads through ``transactions``."""
@@ -98,6 +101,10 @@ class Readiness:
             if query is not None:
                 limit = await transactions.run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
+            trigger_query, counted = self.backend.counter_trigger_query, self.backend.counted_append
+            if trigger_query is not None and counted is not None:
+                found = await transactions.run(lambda conn: conn.scalar(text(trigger_query)), ready=False)
+                self.append_message = counted if found else self.backend.append_message
             level_query = self.backend.write_isolation_query
             if level_query is not None:
                 level = await transactions.run(

@@ -51,6 +51,11 @@ CAPABILITIES: dict[str, Capability] = {
         lacking="lock_timeout is PostgreSQL's session setting; MySQL's --sql script leaves the session's "
         "lock_wait_timeout alone, SQLite has its busy timeout",
     ),
+    "counter_trigger": only_on(
+        "sqlite",
+        lacking="revision 0007's counter trigger is SQLite's; PostgreSQL's append is one statement "
+        "without it, MySQL/MariaDB's counter upsert needs none",
+    ),
     "get_lock": only_on(
         "mysql", lacking="GET_LOCK is MySQL's schema lock; PostgreSQL and SQLite lock otherwise"
     ),

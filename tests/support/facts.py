@@ -72,6 +72,10 @@ class Facts:
     lists_unreadable_tables: bool = False
     #: Logins on the server; ``None`` for a file.
     logins: Logins | None = None
+    #: From revision 0007 a trigger moves a live session's counter row along with a raw
+    #: message inserted right after it (SQLite, whose append is then one statement):
+    #: another writer numbering by ``MAX(sequence) + 1`` keeps the counter in step.
+    counter_follows_raw_log: bool = False
 
 
 FACTS: dict[str, Facts] = {
@@ -81,6 +85,7 @@ FACTS: dict[str, Facts] = {
         file_write_lock=True,
         trusts_local_logins=False,
         db_system=lambda _version: "sqlite",
+        counter_follows_raw_log=True,
     ),
     "postgresql": Facts(
         server=True,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, or_
+from sqlalchemy import and_, bindparam, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table
@@ -118,6 +118,43 @@ MESSAGE_INSERT = raw_messages_table.insert().values(
         for name, column in raw_messages_table.c.items()
     }
 )
+
+
+def counted_insert() -> Any:
+    """The append in one statement, where a trigger moves the counter row along
+    (revision 0007 on SQLite): ``INSERT INTO raw_messages .. SELECT last_sequence + 1
+    FROM agent_sessions .. RETURNING sequence``.
+
+    It selects the counter row only of a live session with the given parent whose
+    given fields (title, agent name; ``NULL`` keeps the stored one) are already the
+    stored ones, so it writes exactly what the counter upsert would have written, and
+    nothing (an empty result) otherwise: a new session, a tombstone, another parent or
+    a field to change, which the caller then appends by the counter upsert.
+    """
+    table = sessions_table
+
+    def keeps(name: str) -> Any:
+        given = bindparam(f"s_{name}", type_=table.c[name].type)
+        return given.is_(None) | table.c[name].is_not_distinct_from(given)
+
+    return (
+        raw_messages_table.insert()
+        .from_select(
+            [*MESSAGE_COLUMNS, "sequence"],
+            select(
+                *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
+                table.c.last_sequence + 1,
+            ).where(
+                table.c.id == bindparam("s_id", type_=table.c.id.type),
+                table.c.parent_session_id.is_not_distinct_from(
+                    bindparam("s_parent_session_id", type_=table.c.parent_session_id.type)
+                ),
+                table.c.deleted_at.is_(None),
+                *(keeps(name) for name in _APPEND_FIELDS),
+            ),
+        )
+        .returning(raw_messages_table.c.sequence)
+    )
 
 
 async def save_rein_returning(

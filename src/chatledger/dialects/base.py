@@ -319,6 +319,18 @@ class Backend:
 
     #: The append: sequence allocation on the counter row and the message insert.
     append_message: Appender = field(default=_lacking("append_message"), metadata=_REQUIRED)
+    #: The append on a schema whose trigger moves the counter row along with the raw
+    #: log (:attr:`counter_trigger_query` finds it): one statement where it can, else
+    #: :attr:`append_message`'s. ``None``: the backend has no such trigger.
+    counted_append: Appender | None = None
+    #: Counts (0 or 1) the schema's trigger :attr:`counted_append` needs, read once per
+    #: ledger at its schema check; the schema of an older revision has none, and the
+    #: ledger keeps :attr:`append_message` on it.
+    counter_trigger_query: str | None = None
+    #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)
+    #: to keep the database's triggers: SQLite drops a table's triggers with it, and
+    #: refuses to rename a table while a trigger names one that is missing.
+    rebuild_triggers: Callable[[Connection], tuple[tuple[str, ...], tuple[str, ...]]] | None = None
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver = field(default=_lacking("save_rein_session"), metadata=_REQUIRED)
     #: The greater of its arguments, in one SQL expression (NULL if any is NULL):

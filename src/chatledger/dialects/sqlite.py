@@ -22,15 +22,20 @@ from sqlalchemy import (
     func,
     select,
     text,
+    update,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Connection, ExceptionContext
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import column as sql_column
+from sqlalchemy.sql import table as sql_table
 
 from ..errors import ConfigurationError
 from ..options import LedgerOptions
-from .appends import MESSAGE_INSERT, append_params, counter_upsert, save_rein_returning
+from ..schema import sessions_table
+from ..types import BigInt
+from .appends import MESSAGE_INSERT, append_params, counted_insert, counter_upsert, save_rein_returning
 from .base import (
     AUTOCOMMIT_FIX,
     BEGUN_BY_DRIVER,
@@ -58,6 +63,75 @@ async def _append_sqlite(
     if sequence is not None:
         await conn.execute(MESSAGE_INSERT, {**params, "sequence": sequence})
     return sequence
+
+
+#: Revision 0007's trigger, by the name it is created with.
+_COUNTER_TRIGGER = "raw_messages_counter"
+_MASTER = sql_table("sqlite_master", sql_column("type"), sql_column("name"), sql_column("tbl_name"))
+_TRIGGER_PRESENT = (
+    select(func.count())
+    .select_from(_MASTER)
+    .where(
+        _MASTER.c.type == "trigger",
+        _MASTER.c.name == _COUNTER_TRIGGER,
+        _MASTER.c.tbl_name == "raw_messages",
+    )
+    .scalar_subquery()
+)
+# The trigger's presence comes back with the sequence, read in the statement's own
+# transaction: an append never trusts a trigger that a downgrade dropped after the
+# ledger's schema check found it.
+_SQLITE_COUNTED_INSERT = counted_insert().returning(_TRIGGER_PRESENT)
+#: What the trigger does, for an append that found it gone.
+_SQLITE_FOLLOW = (
+    update(sessions_table)
+    .where(
+        sessions_table.c.id == bindparam("s_id", type_=sessions_table.c.id.type),
+        sessions_table.c.last_sequence == bindparam("sequence", type_=BigInt) - 1,
+    )
+    .values(
+        last_sequence=bindparam("sequence", type_=BigInt),
+        updated_at=func.max(
+            sessions_table.c.updated_at, bindparam("s_updated_at", type_=sessions_table.c.updated_at.type)
+        ),
+    )
+)
+
+
+async def _append_sqlite_counted(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """SQLite with revision 0007's trigger: the insert alone, numbered from the counter
+    row, which the trigger then moves along (:func:`.appends.counted_insert`); the
+    counter upsert and the insert when it selected no counter row. Without the trigger
+    (dropped since the schema check) the append moves the counter itself."""
+    params = append_params(values, row, now)
+    inserted = (await conn.execute(_SQLITE_COUNTED_INSERT, params)).one_or_none()
+    if inserted is None:
+        return await _append_sqlite(conn, values, row, now)
+    sequence, triggered = int(inserted[0]), inserted[1]
+    if not triggered:
+        await conn.execute(_SQLITE_FOLLOW, {**params, "sequence": sequence})
+    return sequence
+
+
+#: Whether the schema has revision 0007's counter trigger (read once per ledger).
+_COUNTER_TRIGGER_SQLITE = (
+    "SELECT count(*) FROM sqlite_master "
+    f"WHERE type = 'trigger' AND name = '{_COUNTER_TRIGGER}' AND tbl_name = 'raw_messages'"
+)
+
+
+def _rebuild_triggers_sqlite(conn: Connection) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Every trigger dropped before a table rebuild and created again after it, as
+    SQLite's generalized ``ALTER TABLE`` procedure says: the rebuild's ``DROP TABLE``
+    drops the table's own, and its ``RENAME`` fails while another table's trigger
+    (revision 0007's names ``agent_sessions``) refers to the table it dropped."""
+    rows = conn.execute(
+        text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL ORDER BY name")
+    ).all()
+    quote = conn.dialect.identifier_preparer.quote_identifier
+    return tuple(f"DROP TRIGGER {quote(name)}" for name, _ in rows), tuple(str(sql) for _, sql in rows)
 
 
 async def _save_rein_sqlite(
@@ -377,6 +451,9 @@ AIOSQLITE = Backend(
     schemes=("sqlite",),
     resolve_dsn=_resolve_dsn,
     append_message=_append_sqlite,
+    counted_append=_append_sqlite_counted,
+    counter_trigger_query=_COUNTER_TRIGGER_SQLITE,
+    rebuild_triggers=_rebuild_triggers_sqlite,
     save_rein_session=_save_rein_sqlite,
     greatest=func.max,
     # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)

@@ -350,10 +350,11 @@ class LedgerSessionStorage:
         await self.ledger.check_statement_size(
             "message", row["content"], row["message_json"], row["metadata_json"], row["tags_json"]
         )
-        append_message = self.ledger.backend.append_message
+        ledger = self.ledger
 
         async def work(conn: AsyncConnection) -> int:
-            sequence = await append_message(conn, session_values, row, now)
+            # Read per attempt: the schema check before the first chooses it.
+            sequence = await ledger.append_message(conn, session_values, row, now)
             if sequence is None:
                 raise await self._refused_append(conn, session_values["id"])
             if sequence == 1 and await marks.reached(conn, marks.ZETT, session_values["id"]) is not None:
@@ -379,7 +380,7 @@ class LedgerSessionStorage:
             return int(stored.sequence)
 
         try:
-            # The counter upsert is the work's first statement (first_writes).
+            # The append's first statement is an INSERT (first_writes).
             return await self.ledger.write(
                 work, settle=settle, write_id=row["id"], session=session_values["id"], first_writes=True
             )

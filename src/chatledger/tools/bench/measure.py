@@ -26,6 +26,7 @@ from ...engine import Ledger
 from ...migrate import upgrade_database
 from ...schema import raw_messages_table
 from ..harness import AppendJob, error_kinds, open_store, run_workers, user_message, verify
+from .floor import RoundTrips
 from .load import StatementClock
 from .results import (
     MAX_REPEATS,
@@ -69,8 +70,9 @@ async def measure_appends(
     into its one session; a contender's order within a round is shuffled.
 
     Then, for the contenders with an engine in ``engines``, one more such round with
-    a :class:`~chatledger.tools.bench.load.StatementClock` on the engine and the event
-    loop thread's CPU time read around each append: the :class:`AppendBreakdown`."""
+    a :class:`~chatledger.tools.bench.load.StatementClock` and a
+    :class:`~chatledger.tools.bench.floor.RoundTrips` on the engine and the event loop
+    thread's CPU time read around each append: the :class:`AppendBreakdown`."""
     sessions = {name: f"append-{name}-{uuid.uuid4().hex[:8]}" for name in contenders}
     counter = 0
 
@@ -82,11 +84,12 @@ async def measure_appends(
         await contenders[name](sessions[name], "bench", message)
         return time.perf_counter() - start
 
-    async def instrumented(name: str, clock: StatementClock) -> tuple[float, float, float, int]:
+    async def instrumented(name: str, clock: StatementClock) -> tuple[float, float, float, int, int]:
         clock.reset()
+        trips[name].reset()
         cpu = time.thread_time()
         wall = await one(name)
-        return wall, time.thread_time() - cpu, clock.seconds, clock.count
+        return wall, time.thread_time() - cpu, clock.seconds, clock.count, trips[name].round_trips
 
     for name in contenders:
         for _ in range(sizes.warmup):
@@ -103,21 +106,26 @@ async def measure_appends(
             rounds[name].append(sizes.append_batch / (time.perf_counter() - start))
     breakdowns: dict[str, AppendBreakdown] = {}
     clocks = {name: StatementClock(engine) for name, engine in (engines or {}).items() if name in contenders}
+    trips = {name: RoundTrips(engine) for name, engine in (engines or {}).items() if name in contenders}
     try:
         order = list(clocks)
         rng.shuffle(order)
         for name in order:
             samples = [await instrumented(name, clocks[name]) for _ in range(sizes.append_batch)]
             breakdowns[name] = AppendBreakdown(
-                wall_ms=statistics.median(wall for wall, _, _, _ in samples) * 1000,
-                cpu_ms=statistics.median(cpu for _, cpu, _, _ in samples) * 1000,
-                waiting_ms=statistics.median(wall - cpu for wall, cpu, _, _ in samples) * 1000,
-                driver_ms=statistics.median(driver for _, _, driver, _ in samples) * 1000,
-                statements=statistics.median(count for _, _, _, count in samples),
+                wall_ms=statistics.median(wall for wall, *_ in samples) * 1000,
+                cpu_ms=statistics.median(cpu for _, cpu, *_ in samples) * 1000,
+                waiting_ms=statistics.median(wall - cpu for wall, cpu, *_ in samples) * 1000,
+                driver_ms=statistics.median(sample[2] for sample in samples) * 1000,
+                statements=statistics.median(sample[3] for sample in samples),
+                round_trips=statistics.median(sample[4] for sample in samples),
+                hops=trips[name].driver_counted,
             )
     finally:
         for clock in clocks.values():
             clock.close()
+        for trip in trips.values():
+            trip.close()
     return {
         name: AppendStats(
             median_ms=statistics.median(latencies[name]) * 1000,

@@ -74,8 +74,13 @@ def append_breakdown(append: dict[str, AppendStats]) -> str:
             return ""
         parts.append(
             f"{name} {stats.wall_ms:.2f} ms: {stats.cpu_ms:.2f} ms CPU of the event loop's thread, "
-            f"{stats.waiting_ms:.2f} ms off it; {stats.statements:g} statements, "
-            f"{stats.driver_ms:.2f} ms in the driver"
+            f"{stats.waiting_ms:.2f} ms off it; {stats.statements:g} statements"
+            + (
+                ""
+                if stats.round_trips is None
+                else f", {stats.round_trips:g} {'thread hops' if stats.hops else 'round trips'}"
+            )
+            + f", {stats.driver_ms:.2f} ms in the driver"
         )
     return "per append, p50s of an instrumented round: " + "; ".join(parts)
 

@@ -146,6 +146,11 @@ class AppendBreakdown:
     #: ``after_cursor_execute``), and the statements sent (the COMMIT is none).
     driver_ms: float
     statements: float
+    #: Round trips to the server per append (:class:`chatledger.tools.bench.floor.RoundTrips`:
+    #: the statements, BEGIN, COMMIT, a ROLLBACK on return), or with :attr:`hops` the
+    #: driver's hops to its thread (aiosqlite); ``None`` in a report from before.
+    round_trips: float | None = None
+    hops: bool = False
 
 
 @dataclass
