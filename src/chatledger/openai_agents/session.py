@@ -104,6 +104,8 @@ class LedgerSession(SessionABC):
     ) -> None:
         self.session_id = validate.identifier(session_id, "session_id")
         self.session_settings = _settings(session_settings)
+        if "engine" in options:
+            raise TypeError(f'from_url takes url=, not engine=: LedgerSession("{session_id}", engine=engine)')
         if create_tables:
             options["auto_upgrade"] = True
         _no_replicas(options)
@@ -139,6 +141,8 @@ class LedgerSession(SessionABC):
         while any of them is in use; ``options`` are
         :class:`chatledger.options.LedgerOptions` (pool sizes, ``retry_timeout``...).
         """
+        if "engine" in options:
+            raise TypeError(f'from_url takes url=, not engine=: LedgerSession("{session_id}", engine=engine)')
         if create_tables:
             options["auto_upgrade"] = True
         _no_replicas(options)
