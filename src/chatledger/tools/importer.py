@@ -33,7 +33,7 @@ from typing import IO, Any, cast
 
 from rich.console import Console
 from rich.progress import Progress
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -182,6 +182,10 @@ class _Session:
         #: A log session's entries read, and its counter row's numbering.
         self.entries = 0
         self.base = self.last = 0
+        #: A zett session's counter row as the input has it, and the highest message
+        #: sequence inserted: above it, the counter row is put back before the COMMIT.
+        self.counter: tuple[Any, Any] | None = None
+        self.top = 0
         self.spool = Spool(SPOOL_BYTES)
         #: The connection was lost while its COMMIT was under way: it may be in the
         #: database, and a retry that finds it there, identical, imported it.
@@ -739,6 +743,7 @@ class Importer:
                 self._refuse(session, below)
                 return
             session.mode = "insert"
+            session.counter, session.top = (row["last_sequence"], row["updated_at"]), 0
             await conn.execute(s.insert(), row)
             return
         session.mode = "compare"
@@ -775,6 +780,8 @@ class Importer:
             bound = _row_bound(row)
             if session.batch and session.batch_bound + bound > self.limit:
                 await self._flush(session)
+        if kind == "message":
+            session.top = max(session.top, int(row["sequence"]))
         session.batch.append(row)
         session.batch_bound += bound
         # The long texts, roughly: enough to keep one statement well within a server's limit.
@@ -840,6 +847,15 @@ class Importer:
         await self._flush(session)
         conn = await self._connection()
         if session.mode == "insert":
+            if session.counter is not None and session.top > int(session.counter[0]):
+                # Messages past the input's counter (zett's own store numbered them): a
+                # counter trigger (revision 0007, SQLite) moved the row along; it is
+                # imported as it was, on every backend, so a re-import finds it identical.
+                last, updated = session.counter
+                s = sessions_table
+                await conn.execute(
+                    update(s).where(s.c.id == session.id).values(last_sequence=last, updated_at=updated)
+                )
             session.mode = "committing"
             await conn.commit()
             session.mode = "imported"
