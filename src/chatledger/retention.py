@@ -42,6 +42,11 @@ from .selection import PURGE_BATCH, Progress, Selection, count
 
 #: The kinds of session, in the order :func:`apply` handles them.
 KINDS = ("zett", "rein", "openai", "adk")
+#: The kinds :func:`apply` handles unless told: the OpenAI Agents and ADK kinds only when
+#: named, since their tombstone purge needs every writer of theirs on a chatledger that
+#: knows their marks (docs/retention.md, "Before the first tombstone purge"): the
+#: adapters' code before it would number a purged id from 1 again.
+DEFAULT_KINDS = ("zett", "rein")
 #: The kinds whose sessions the adapters' own functions delete, on a ledger of the run's.
 _FRAMEWORKS = ("openai", "adk")
 
@@ -138,7 +143,7 @@ async def apply(
     policy: Policy,
     *,
     dry_run: bool = False,
-    kinds: tuple[str, ...] = KINDS,
+    kinds: tuple[str, ...] = DEFAULT_KINDS,
     batch_size: int = PURGE_BATCH,
     progress: Progress | None = None,
     **options: Any,
@@ -148,8 +153,9 @@ async def apply(
 
     Args:
         dry_run: count what would be deleted now; delete nothing.
-        kinds: some of :data:`KINDS` (``"zett"``, ``"rein"``, ``"openai"``, ``"adk"``);
-            a kind whose package is not installed is left out of the report.
+        kinds: some of :data:`KINDS` (``"zett"``, ``"rein"``, ``"openai"``, ``"adk"``;
+            :data:`DEFAULT_KINDS` unless given); a kind whose package is not installed
+            is left out of the report.
         batch_size: ids read per page (at least 1).
         progress: called after each candidate with its id (ADK's: the tuple
             ``(app_name, user_id, id)``) and whether it was deleted (for rein on the
