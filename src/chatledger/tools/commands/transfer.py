@@ -159,12 +159,17 @@ async def _import_openai(args: argparse.Namespace, console: Console) -> int:
         messages_table=args.messages_table,
         dry_run=args.dry_run,
     )
+    if report.report is not None:
+        for line in report.report.problems:
+            say(console, line)
     verb = "would import" if report.dry_run else "imported"
+    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
     say(
         console,
         f"{verb} {counted(report.imported, 'OpenAI Agents session')} ({counted(report.items, 'item')}); "
-        f"{report.identical:,} already there and identical, skipped; {report.differing:,} differing, "
-        f"left alone; {counted(report.corrupt, 'source row')} not JSON, skipped",
+        f"{report.identical:,} {there}; {report.differing:,} differing, left alone; "
+        f"{report.failed:,} refused; {counted(report.corrupt, 'source row')} not JSON (or not an item), "
+        "skipped",
     )
     return 0 if report.clean else 1
 
