@@ -183,12 +183,18 @@ async def _import_adk(args: argparse.Namespace, console: Console) -> int:
         for line in report.report.problems:
             say(console, line)
     verb = "would import" if report.dry_run else "imported"
-    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
+    if report.dry_run:
+        there = f"{counted(report.identical, 'session')} already there, compared on import"
+    else:
+        there = (
+            f"{counted(report.identical, 'session')} and {counted(report.states_identical, 'state row')} "
+            "already there and identical, skipped"
+        )
     say(
         console,
         f"{verb} {counted(report.sessions, 'ADK session')} ({counted(report.events, 'event')}, "
-        f"{counted(report.states, 'app:/user: state row')}); {report.identical:,} {there}; "
-        f"{report.differing:,} differing, left alone; {report.failed:,} refused; "
+        f"{counted(report.states, 'app:/user: state row')}); {there}; "
+        f"{report.differing:,} differing (sessions or state rows), left alone; {report.failed:,} refused; "
         f"{counted(report.skipped, 'partial event')} skipped",
     )
     return 0 if report.clean else 1
