@@ -11,11 +11,15 @@ import pytest
 from google.adk.events import Event, EventActions
 from google.adk.sessions import DatabaseSessionService, Session
 from google.adk.sessions.schemas import v1
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
-from chatledger import ConfigurationError
+from chatledger import ConfigurationError, SchemaNotReady
 from chatledger.adk import LedgerSessionService
 from chatledger.engine import Ledger
+from chatledger.migrate import upgrade_database
 from chatledger.tools import cli
 from chatledger.tools.adk_import import import_adk
 
@@ -102,43 +106,73 @@ async def test_adks_tables_are_imported_once_with_a_dry_run_first(database: Data
             assert _shape(got) == _shape(want)
             assert [event.id for event in got.events] == sorted(event.id for event in got.events)
         again = await import_adk(source, database.url)  # a re-run writes nothing
-        assert (again.sessions, again.events, again.states, again.identical, again.clean) == (
-            0,
-            0,
-            0,
-            6,
-            True,
-        )
+        assert (again.sessions, again.events, again.states, again.clean) == (0, 0, 0, True)
+        assert (again.identical, again.states_identical) == (3, 3)
         session = await service.get_session(app_name="shop", user_id="u2", session_id="s-1")
         assert session is not None
         await service.append_event(session, Event(author="user", invocation_id="later"))
     changed = await import_adk(source, database.url)
     assert (changed.sessions, changed.differing, changed.clean) == (0, 1, False)
-    assert changed.identical == 5  # two sessions and three state rows
+    assert (changed.identical, changed.states_identical) == (2, 3)
 
 
 async def test_a_chatledger_database_or_one_without_adks_tables_is_refused(tmp_path: Path) -> None:
     target = URL.create("sqlite+aiosqlite", database=str(tmp_path / "target.sqlite3"))
-    with pytest.raises(ValueError, match="is the target"):
-        await import_adk(target, target)
     other = URL.create("sqlite+aiosqlite", database=str(tmp_path / "other.sqlite3"))
     ledger = Ledger(other)
     await ledger.ensure_ready()
     await ledger.close()
+    with pytest.raises(ValueError, match="is the target"):
+        await import_adk(other, other)
     with pytest.raises(ConfigurationError, match="is a chatledger database"):
         await import_adk(other, target)
     empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
+    (tmp_path / "empty.sqlite3").touch()
     with pytest.raises(ConfigurationError, match="has no table 'sessions'"):
         await import_adk(empty, target)
+    # A source file that does not exist is refused, never created (nor the target).
+    missing = tmp_path / "nonexist.db"
+    with pytest.raises(ValueError, match=f"no such file: {missing}"):
+        await import_adk(f"sqlite:///{missing}", target)
+    assert not missing.exists() and not (tmp_path / "target.sqlite3").exists()
+
+
+async def test_a_dry_run_never_creates_or_migrates_the_target(tmp_path: Path) -> None:
+    source = await adk_store(tmp_path / "adk.sqlite3")
+    missing = tmp_path / "target.sqlite3"
+    with pytest.raises(ValueError, match=f"no such file: {missing}"):
+        await import_adk(source, f"sqlite:///{missing}", dry_run=True)
+    assert not missing.exists()
+    (tmp_path / "empty.sqlite3").touch()
+    empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
+    with pytest.raises(SchemaNotReady, match="a dry run writes nothing, so it never migrates the target"):
+        await import_adk(source, empty, dry_run=True)
+    engine = create_async_engine(empty, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            assert await conn.run_sync(lambda sync: inspect(sync).get_table_names()) == []
+    finally:
+        await engine.dispose()
 
 
 async def test_the_import_command_counts_and_dry_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = await adk_store(tmp_path / "adk.sqlite3")
-    target = f"sqlite:///{tmp_path / 'target.sqlite3'}"
+    path = tmp_path / "target.sqlite3"
+    target = f"sqlite:///{path}"
+    assert await cli.run(["import", "--dsn", target, "--adk", source, "--dry-run"]) == 2
+    assert not path.exists()  # a dry run creates no target
+    capsys.readouterr()
+    await upgrade_database(URL.create("sqlite+aiosqlite", database=str(path)))
     assert await cli.run(["import", "--dsn", target, "--adk", source, "--dry-run"]) == 0
     assert "would import 3 ADK sessions (6 events, 3 app:/user: state rows)" in capsys.readouterr().out
     assert await cli.run(["import", "--dsn", target, "--adk", source]) == 0
     assert "imported 3 ADK sessions (6 events, 3 app:/user: state rows)" in capsys.readouterr().out
+    assert await cli.run(["import", "--dsn", target, "--adk", source]) == 0
+    out = capsys.readouterr().out
+    assert "3 sessions and 3 state rows already there and identical, skipped" in out
+    missing = tmp_path / "nonexist.db"
+    assert await cli.run(["import", "--dsn", target, "--adk", f"sqlite:///{missing}"]) == 2
+    assert not missing.exists()
     assert await cli.run(["import", "--dsn", target, "--adk", source, "--openai-sdk", source]) == 2

@@ -56,6 +56,24 @@ def decode(session_id: str, sequence: int, item_json: str) -> Any:
         ) from None
 
 
+def encode(item: object, field: str) -> str:
+    """One item's JSON text as an add stores it (key order kept: the SDK's rewind
+    compares items by their serialization).
+
+    Raises:
+        TypeError: ``item`` is not a dict (an input item); names ``field``.
+        ValueError: it is not JSON serializable, nested too deep, or not storable text.
+    """
+    if not isinstance(item, dict):
+        raise TypeError(f"{field} must be a dict (an input item), not {type(item).__name__}")
+    validate.json_depth(item, field)
+    try:
+        text = json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{field} must be JSON serializable: {error}") from None
+    return validate.text(text, field)
+
+
 async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[str]) -> None:
     """Append ``texts`` (one item's JSON each, ids ``item_ids`` fixed by the caller before
     the first attempt) as one gap-free range of sequences, in one transaction.

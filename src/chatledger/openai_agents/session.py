@@ -14,7 +14,6 @@ extra (``pip install 'chatledger[openai-agents]'``).
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -245,18 +244,7 @@ def _encode(items: object) -> list[str]:
     SDK's rewind compares items by their serialization)."""
     if not isinstance(items, list):
         raise TypeError(f"items must be a list, not {type(items).__name__}")
-    texts: list[str] = []
-    for index, item in enumerate(items):
-        field = f"items[{index}]"
-        if not isinstance(item, dict):
-            raise TypeError(f"{field} must be a dict (an input item), not {type(item).__name__}")
-        validate.json_depth(item, field)
-        try:
-            text = json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{field} must be JSON serializable: {error}") from None
-        texts.append(validate.text(text, field))
-    return texts
+    return [_items.encode(item, f"items[{index}]") for index, item in enumerate(items)]
 
 
 def _no_replicas(options: Mapping[str, Any]) -> None:

@@ -33,7 +33,8 @@ from ..engine import Ledger
 from ..errors import ConfigurationError
 from ..schema import adk_sessions_table
 from .importer import Importer, ImportReport
-from .rows import FORMAT, FORMAT_VERSION, FRAMEWORK_TABLES, TABLES, Record, RowCodec
+from .moving_in import endpoints, header, ready_for_dry_run, target_ledger
+from .rows import FRAMEWORK_TABLES, Record, RowCodec
 
 #: ADK's tables and the columns this import reads.
 ADK_TABLES: Mapping[str, frozenset[str]] = {
@@ -55,9 +56,11 @@ class ADKImportReport:
     states: int = 0
     #: Partial events in the source: never stored, skipped.
     skipped: int = 0
-    #: Sessions and state rows the target has already, identical: skipped (dry run:
-    #: the sessions it has, compared only by the import itself).
+    #: Sessions the target has already, identical: skipped (dry run: the sessions it
+    #: has, compared only by the import itself).
     identical: int = 0
+    #: State rows the target has already, identical: skipped (dry run: 0, not compared).
+    states_identical: int = 0
     #: Sessions and state rows the target has with other content: left alone.
     differing: int = 0
     #: Refused by the target (over its statement limit, failing for the retry budget).
@@ -109,13 +112,7 @@ class _Source:
         from google.adk.events import Event
         from google.adk.sessions import _session_util
 
-        yield {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "tables": {
-                table.name: list(RowCodec(table).columns) for table in {**TABLES, **FRAMEWORK_TABLES}.values()
-            },
-        }
+        yield header()
         sessions, events = self.tables["sessions"], self.tables["events"]
         keys = (
             await self.conn.execute(
@@ -233,27 +230,37 @@ async def import_adk(
     """Import every session and ``app:``/``user:`` state row of ADK's
     ``DatabaseSessionService`` tables at ``source`` into ``target``.
 
+    ``dry_run`` writes nothing, and never migrates the target: it counts the sessions
+    the target lacks, their events, and the source's state rows.
+
     Raises:
-        ValueError: ``source`` and ``target`` are the same database.
+        ValueError: ``source`` and ``target`` are the same database; the source (or, on
+            a dry run, the target) is a SQLite file that does not exist
+            (``no such file: PATH``).
         ConfigurationError: the source lacks ADK's tables (schema v1) or is a
             chatledger database; nothing is written.
+        SchemaNotReady: the target is not at this chatledger's head revision (a dry
+            run's, or one that may not be upgraded).
         ImportError: google-adk (chatledger's ``adk`` extra) is not installed.
     """
     from google.adk.sessions.schemas import v1
 
-    source_url, target_url = resolve_dsn(source), resolve_dsn(target)
-    if source_url.render_as_string(hide_password=False) == target_url.render_as_string(hide_password=False):
-        raise ValueError(f"the source {display(source_url)} is the target: give the database ADK wrote")
+    source_url, target_url = endpoints(
+        source,
+        target,
+        dry_run=dry_run,
+        same=f"the source {display(resolve_dsn(source))} is the target: give the database ADK wrote",
+    )
     tables = {name: v1.Base.metadata.tables[name] for name in ADK_TABLES}
     report = ADKImportReport(dry_run=dry_run)
     reader = create_async_engine(source_url, poolclass=NullPool)
-    ledger = Ledger(target_url)
+    ledger = target_ledger(target_url, dry_run=dry_run)
     try:
         async with reader.connect() as conn:
             await conn.run_sync(_check_tables)
             source_rows = _Source(conn, tables, report)
             if dry_run:
-                await ledger.ensure_ready()
+                await ready_for_dry_run(ledger)
                 await _dry_run(source_rows, ledger, report)
                 return report
             imported = await Importer(ledger).run(source_rows.records())
@@ -264,6 +271,6 @@ async def import_adk(
     counts = imported.frameworks.get("ADK")
     if counts is not None:
         report.sessions, report.events, report.states = counts.imported, counts.entries, counts.states
-        report.identical = counts.identical + counts.states_identical
+        report.identical, report.states_identical = counts.identical, counts.states_identical
         report.differing, report.failed = counts.differing, counts.failed
     return report

@@ -159,12 +159,17 @@ async def _import_openai(args: argparse.Namespace, console: Console) -> int:
         messages_table=args.messages_table,
         dry_run=args.dry_run,
     )
+    if report.report is not None:
+        for line in report.report.problems:
+            say(console, line)
     verb = "would import" if report.dry_run else "imported"
+    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
     say(
         console,
         f"{verb} {counted(report.imported, 'OpenAI Agents session')} ({counted(report.items, 'item')}); "
-        f"{report.identical:,} already there and identical, skipped; {report.differing:,} differing, "
-        f"left alone; {counted(report.corrupt, 'source row')} not JSON, skipped",
+        f"{report.identical:,} {there}; {report.differing:,} differing, left alone; "
+        f"{report.failed:,} refused; {counted(report.corrupt, 'source row')} not JSON (or not an item), "
+        "skipped",
     )
     return 0 if report.clean else 1
 
@@ -178,12 +183,18 @@ async def _import_adk(args: argparse.Namespace, console: Console) -> int:
         for line in report.report.problems:
             say(console, line)
     verb = "would import" if report.dry_run else "imported"
-    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
+    if report.dry_run:
+        there = f"{counted(report.identical, 'session')} already there, compared on import"
+    else:
+        there = (
+            f"{counted(report.identical, 'session')} and {counted(report.states_identical, 'state row')} "
+            "already there and identical, skipped"
+        )
     say(
         console,
         f"{verb} {counted(report.sessions, 'ADK session')} ({counted(report.events, 'event')}, "
-        f"{counted(report.states, 'app:/user: state row')}); {report.identical:,} {there}; "
-        f"{report.differing:,} differing, left alone; {report.failed:,} refused; "
+        f"{counted(report.states, 'app:/user: state row')}); {there}; "
+        f"{report.differing:,} differing (sessions or state rows), left alone; {report.failed:,} refused; "
         f"{counted(report.skipped, 'partial event')} skipped",
     )
     return 0 if report.clean else 1
