@@ -44,7 +44,7 @@ from .selection import PURGE_BATCH, Progress, Selection, count
 KINDS = ("zett", "rein", "openai", "adk")
 #: The kinds :func:`apply` handles unless told: the OpenAI Agents and ADK kinds only when
 #: named, since their tombstone purge needs every writer of theirs on a chatledger that
-#: knows their marks (docs/retention.md, "Before the first tombstone purge"): the
+#: knows their marks (docs/retention.md lists what a first tombstone purge needs): the
 #: adapters' code before it would number a purged id from 1 again.
 DEFAULT_KINDS = ("zett", "rein")
 #: The kinds whose sessions the adapters' own functions delete, on a ledger of the run's.
