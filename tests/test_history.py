@@ -856,12 +856,19 @@ class HistoryMachine(RuleBasedStateMachine):
         self.run(self._purge_tombstones, self.through(store, fault), fault)
 
     async def _purge_tombstones(self, store: int, fault: str) -> None:
-        def purge() -> Awaitable[Any]:
+        async def purge() -> Any:
             before = datetime.now(UTC) + timedelta(seconds=1)  # every tombstone so far
-            return asyncio.gather(
+            # Both to their end before the outcome: a gather that raised on one would
+            # leave the other purging in the background, into the steps that follow.
+            done = await asyncio.gather(
                 self.stores[store].purge_tombstones(deleted_before=before),
                 self.rein_stores[min(store, 1)].apurge_tombstones(deleted_before=before),
+                return_exceptions=True,
             )
+            for result in done:
+                if isinstance(result, BaseException):
+                    raise result
+            return done
 
         (outcome,) = await self.group([(purge, None)], fault, "purge tombstones")
         if outcome.error is not None:
