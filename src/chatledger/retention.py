@@ -91,8 +91,9 @@ class Report:
     tombstones: dict[str, int] = field(default_factory=dict)
 
 
-def _installed(kind: str) -> bool:
-    """Whether the adapter of ``kind`` (``openai``, ``adk``) can be imported."""
+def installed(kind: str) -> bool:
+    """Whether the adapter of ``kind`` (``openai``, ``adk``) can be imported (its
+    framework's package is installed)."""
     try:
         if kind == "openai":
             from .openai_agents import items  # noqa: F401
@@ -125,7 +126,7 @@ async def _stores(url: URL, kinds: tuple[str, ...], options: dict[str, Any]) -> 
             else:
                 opened["rein"] = LedgerSessionStore(url, **options)
         for kind in _FRAMEWORKS:
-            if kind in kinds and _installed(kind):
+            if kind in kinds and installed(kind):
                 ledger = ledger or Ledger(url, **options)
                 opened[kind] = ledger
         yield opened

@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..engine import Ledger
+from ..retention import installed
 from ..schema import adk_sessions_table, openai_sessions_table
 from .sessions import _cut, _say, _when
 
@@ -40,17 +41,6 @@ class Frameworks:
     adk: bool = False
     #: Why a kind is missing (shown once).
     notes: list[str] = field(default_factory=list)
-
-
-def _installed(kind: str) -> bool:
-    try:
-        if kind == "openai":
-            from ..openai_agents import items  # noqa: F401
-        else:
-            from ..adk import rows  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 async def _holds(ledger: Ledger, kind: str) -> bool:
@@ -76,7 +66,7 @@ async def open_frameworks(url: URL, kinds: Sequence[str]) -> AsyncIterator[Frame
     found.ledger = Ledger(url, auto_upgrade=False)
     try:
         for kind in wanted:
-            if _installed(kind):
+            if installed(kind):
                 setattr(found, kind, True)
             elif len(kinds) == 1 or await _holds(found.ledger, kind):
                 package, extra = EXTRAS[kind]
