@@ -106,6 +106,9 @@ class Connections:
             **{**self.backend.write, **self.backend.first_write}
         )
         self.reader = self.engine.execution_options(**self.backend.snapshot_read)
+        #: The engine of a read that is one statement (:attr:`Backend.single_read`).
+        single = self.backend.single_read
+        self.single_reader = self.reader if single is None else self.engine.execution_options(**single)
         #: Set by :meth:`close`: no call may start any more.
         self.closed = False
         self._loop_locks: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = WeakKeyDictionary()

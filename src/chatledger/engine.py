@@ -225,7 +225,9 @@ class Ledger:
             work, settle=settle, write_id=write_id, session=session, first_writes=first_writes
         )
 
-    async def read(self, work: Work[T], *, replica: bool = False, session: str | None = None) -> T:
+    async def read(
+        self, work: Work[T], *, replica: bool = False, session: str | None = None, single_statement: bool = False
+    ) -> T:
         """Run ``work`` in one snapshot-consistent read transaction (its isolation
         stated per backend in its :class:`chatledger.dialects.Backend`), retried whole like a
         write; a read has no ambiguous outcome.
@@ -234,10 +236,15 @@ class Ledger:
         process's writes of ``session`` (``None``: every write of this process),
         waiting at most ``replica_wait`` seconds, else on the primary
         (:mod:`chatledger.replicas`); on the primary when there are no replicas.
-        Only for work that reads and writes nothing."""
+        Only for work that reads and writes nothing.
+
+        ``single_statement=True``: ``work`` sends exactly one ``SELECT``, consistent by
+        itself, so the backend may run it without a transaction of its own
+        (:attr:`chatledger.dialects.Backend.single_read`: SQLite sends no ``BEGIN``);
+        on the primary only."""
         if replica:
             return await self.replica_reads.read(work, session)
-        return await self.transactions.read(work)
+        return await self.transactions.read(work, single_statement=single_statement)
 
     def write_position(self, session: str) -> str | None:
         """The position a replica must have applied to hold this process's writes of

@@ -159,9 +159,9 @@ class Transactions:
         positions.wrote(session, captured[-1] if captured else None)
         return result
 
-    async def read(self, work: Work[T]) -> T:
+    async def read(self, work: Work[T], *, single_statement: bool = False) -> T:
         """See :meth:`chatledger.engine.Ledger.read`."""
-        return await self.run(work, write=False)
+        return await self.run(work, write=False, single_statement=single_statement)
 
     async def run(
         self,
@@ -174,13 +174,15 @@ class Transactions:
         write_id: str | None = None,
         after: After | None = None,
         first_writes: bool = False,
+        single_statement: bool = False,
     ) -> T:
         """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
         of its own instead of a write's or a read's; ``ready=False``: without the schema
         check first (the check's own reads); ``after``: run on the connection of the
         transaction that succeeded (the work's or a settle's that found the write),
         after its COMMIT; its failure is ignored; ``first_writes``: a write whose first
-        statement writes (:attr:`chatledger.dialects.Backend.first_write`)."""
+        statement writes (:attr:`chatledger.dialects.Backend.first_write`);
+        ``single_statement``: a read that is one statement (:attr:`Backend.single_read`)."""
         await self.prepare(ready=ready)
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
@@ -196,7 +198,12 @@ class Transactions:
                         return found
                 try:
                     return await self._attempt(
-                        work, write=write, options=options, after=after, first_writes=first_writes
+                        work,
+                        write=write,
+                        options=options,
+                        after=after,
+                        first_writes=first_writes,
+                        single_statement=single_statement,
                     )
                 except _Retry as retry:
                     if retry.ambiguous:
@@ -304,6 +311,7 @@ class Transactions:
         options: dict[str, Any] | None = None,
         after: After | None = None,
         first_writes: bool = False,
+        single_statement: bool = False,
     ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
         read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
@@ -315,7 +323,7 @@ class Transactions:
             if write:
                 engine = self.connections.first_writer if first_writes else self.connections.writer
             else:
-                engine = self.connections.reader
+                engine = self.connections.single_reader if single_statement else self.connections.reader
             if options is not None:  # a call of its own kind (once per ledger): a copy for it
                 engine = self.engine.execution_options(**options)
             async with engine.connect() as conn:

@@ -395,6 +395,12 @@ class Backend:
     #: Execution options of a snapshot-consistent read transaction: its isolation is
     #: stated here, never inherited from the server's default.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
+    #: Execution options of a read that is one ``SELECT`` (``Ledger.read(...,
+    #: single_statement=True)``), where one statement is a consistent snapshot by itself
+    #: and sending no ``BEGIN`` saves a round trip: SQLite, whose sqlite3 runs a
+    #: ``SELECT`` outside any transaction (its own implicit read transaction). ``None``:
+    #: :attr:`snapshot_read`.
+    single_read: dict[str, Any] | None = None
     #: Execution options of a write transaction.
     write: dict[str, Any] = field(default_factory=dict)
     #: Execution options, over :attr:`write`'s, of a write whose first statement writes

@@ -10,12 +10,12 @@ range of sequences is gap-free, and two pops never retract the same item.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import Row, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import clock, marks, telemetry, validate
@@ -24,6 +24,7 @@ from ..errors import ConstraintViolation
 from ..schema import openai_items_table as _items
 from ..schema import openai_sessions_table as _sessions
 from ..selection import PURGE_BATCH, Progress, Selection, purge
+from ..types import BigInt
 
 #: Largest ``LIMIT`` bound: a BIGINT (the SDK's compaction asks for 2**31 - 1 items).
 _MAX_LIMIT = 2**63 - 1
@@ -191,26 +192,44 @@ async def _first_add_retried(call: Callable[[], Awaitable[bool]]) -> None:
                 raise
 
 
+#: get_items' two statements, built once (their cache keys memoized with them): on
+#: ``ix_openai_items_live`` (session_id, retracted_at, sequence), in index order.
+_READ_WHERE = (_items.c.session_id == bindparam("session_id"), _live)
+_READ_ALL = select(_items.c.sequence, _items.c.item_json).where(*_READ_WHERE).order_by(_items.c.sequence)
+_READ_NEWEST = (
+    select(_items.c.sequence, _items.c.item_json)
+    .where(*_READ_WHERE)
+    .order_by(_items.c.sequence.desc())
+    .limit(bindparam("limit", type_=BigInt))
+)
+
+
 async def read(ledger: Ledger, session_id: str, limit: int | None) -> list[Any]:
     """The live items in sequence order: all, or the newest ``limit`` (read newest first
-    through ``ix_openai_items_live``, so the cost is O(limit))."""
+    through ``ix_openai_items_live``, so the cost is O(limit)), in one ``SELECT``: a
+    snapshot by itself (``Ledger.read(single_statement=True)``)."""
     if limit is not None and limit <= 0:
         return []
-    statement = select(_items.c.sequence, _items.c.item_json).where(_items.c.session_id == session_id, _live)
     if limit is None:
-        statement = statement.order_by(_items.c.sequence)
+        statement, params = _READ_ALL, {"session_id": session_id}
     else:
-        statement = statement.order_by(_items.c.sequence.desc()).limit(min(limit, _MAX_LIMIT))
+        statement, params = _READ_NEWEST, {"session_id": session_id, "limit": min(limit, _MAX_LIMIT)}
 
-    async def work(conn: AsyncConnection) -> list[tuple[int, str]]:
-        return [(row.sequence, row.item_json) for row in await conn.execute(statement)]
+    async def work(conn: AsyncConnection) -> Sequence[Row[Any]]:
+        return (await conn.execute(statement, params)).all()
 
     with telemetry.operation(ledger, "openai", "get_items", session_id) as span:
-        rows = await ledger.read(work)
+        rows = await ledger.read(work, single_statement=True)
         span.set("db.response.returned_rows", len(rows))
     if limit is not None:
-        rows.reverse()
-    return [decode(session_id, sequence, item_json) for sequence, item_json in rows]
+        rows = rows[::-1]
+    loads = json.loads
+    try:
+        return [loads(row[1]) for row in rows]
+    except ValueError:
+        for row in rows:  # the row to name (json.loads raised on one of them)
+            decode(session_id, row[0], row[1])
+        raise
 
 
 @dataclass(frozen=True, slots=True)
