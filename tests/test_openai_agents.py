@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agents.memory import Session
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from chatledger.engine import Ledger
@@ -202,3 +202,50 @@ async def test_an_add_costs_its_bump_and_its_insert(
     finally:
         trips.close()
     assert [item["content"] for item in await session.get_items()] == ["first", "a", "b"]
+
+
+#: The round trips of a get_items (on aiosqlite: hops to its thread): SQLite sends no
+#: BEGIN for the one SELECT (its own snapshot; the cursor, the statement, its rows,
+#: the cursor's close, the COMMIT), PostgreSQL its read's BEGIN, the SELECT and the
+#: COMMIT, MySQL/MariaDB the SELECT and the COMMIT.
+READ_ROUND_TRIPS = {"postgresql": 3, "mysql": 2, "sqlite": 5}
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+async def test_a_read_costs_one_select(
+    ledger: Ledger, open_session: Callable[[str], Any], session_id: str, database: Database, limit: int | None
+) -> None:
+    """get_items, whole or its newest, is one SELECT of the item texts, with no BEGIN
+    of its own on SQLite."""
+    session = open_session(session_id)
+    await session.add_items([{"role": "user", "content": f"item {n}"} for n in range(3)])
+    await session.get_items(limit)  # the schema check and the pool's first connection
+    trips = RoundTrips(ledger.engine)
+    try:
+        found = await session.get_items(limit)
+        assert [item["content"] for item in found] == [f"item {n}" for n in range(3)][-(limit or 3) :]
+        assert trips.sent == ["SELECT openai_items.item_json FROM"], trips.sent
+        assert trips.round_trips == READ_ROUND_TRIPS[database.backend]
+    finally:
+        trips.close()
+
+
+async def test_an_item_that_is_not_json_is_named(
+    ledger: Ledger, open_session: Callable[[str], Any], session_id: str
+) -> None:
+    """A row edited by hand into invalid JSON fails the read, naming its sequence;
+    padded with whitespace, it is still the item (as json.loads reads it)."""
+    session = open_session(session_id)
+    await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+
+    async def edit(text: str) -> None:
+        async with ledger.engine.begin() as conn:
+            second = (items.c.session_id == session_id) & (items.c.sequence == 2)
+            await conn.execute(update(items).where(second).values(item_json=text))
+
+    await edit(' \n{"role": "user", "content": "b"}\t ')
+    assert [item["content"] for item in await session.get_items()] == ["a", "b"]
+    await edit('{"role": "user"')
+    for limit in (None, 1):
+        with pytest.raises(ValueError, match=f"session '{session_id}': item 2 is stored as invalid JSON"):
+            await session.get_items(limit)

@@ -226,7 +226,12 @@ class Ledger:
         )
 
     async def read(
-        self, work: Work[T], *, replica: bool = False, session: str | None = None, single_statement: bool = False
+        self,
+        work: Work[T],
+        *,
+        replica: bool = False,
+        session: str | None = None,
+        single_statement: bool = False,
     ) -> T:
         """Run ``work`` in one snapshot-consistent read transaction (its isolation
         stated per backend in its :class:`chatledger.dialects.Backend`), retried whole like a

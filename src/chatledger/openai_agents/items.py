@@ -47,10 +47,24 @@ class _Range:
     generation: int
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``, the same value or error, about twice as fast on the texts an
+    add stores (no whitespace around them): the decoder's ``raw_decode`` without the
+    whitespace checks, and ``json.loads`` itself on any text it did not take whole."""
+    try:
+        item, end = _raw_decode(text)
+    except ValueError:
+        return json.loads(text)  # leading whitespace, or the error itself
+    return item if end == len(text) else json.loads(text)
+
+
 def decode(session_id: str, sequence: int, item_json: str) -> Any:
     """One stored item; a row that is not JSON is named, never skipped silently."""
     try:
-        return json.loads(item_json)
+        return loads(item_json)
     except ValueError as error:
         raise ValueError(
             f"OpenAI Agents session {session_id!r}: item {sequence} is stored as invalid JSON: {error}"
@@ -192,12 +206,13 @@ async def _first_add_retried(call: Callable[[], Awaitable[bool]]) -> None:
                 raise
 
 
-#: get_items' two statements, built once (their cache keys memoized with them): on
-#: ``ix_openai_items_live`` (session_id, retracted_at, sequence), in index order.
+#: get_items' two statements, built once (their cache keys memoized with them), on
+#: ``ix_openai_items_live`` (session_id, retracted_at, sequence) in index order; the
+#: item texts alone, the least the driver parses per row.
 _READ_WHERE = (_items.c.session_id == bindparam("session_id"), _live)
-_READ_ALL = select(_items.c.sequence, _items.c.item_json).where(*_READ_WHERE).order_by(_items.c.sequence)
+_READ_ALL = select(_items.c.item_json).where(*_READ_WHERE).order_by(_items.c.sequence)
 _READ_NEWEST = (
-    select(_items.c.sequence, _items.c.item_json)
+    select(_items.c.item_json)
     .where(*_READ_WHERE)
     .order_by(_items.c.sequence.desc())
     .limit(bindparam("limit", type_=BigInt))
@@ -210,26 +225,44 @@ async def read(ledger: Ledger, session_id: str, limit: int | None) -> list[Any]:
     snapshot by itself (``Ledger.read(single_statement=True)``)."""
     if limit is not None and limit <= 0:
         return []
-    if limit is None:
-        statement, params = _READ_ALL, {"session_id": session_id}
-    else:
-        statement, params = _READ_NEWEST, {"session_id": session_id, "limit": min(limit, _MAX_LIMIT)}
+    params: dict[str, object] = {"session_id": session_id}
+    statement = _READ_ALL
+    if limit is not None:
+        statement, params["limit"] = _READ_NEWEST, min(limit, _MAX_LIMIT)
 
-    async def work(conn: AsyncConnection) -> Sequence[Row[Any]]:
-        return (await conn.execute(statement, params)).all()
+    async def work(conn: AsyncConnection) -> Sequence[str]:
+        return (await conn.scalars(statement, params)).all()
 
     with telemetry.operation(ledger, "openai", "get_items", session_id) as span:
-        rows = await ledger.read(work, single_statement=True)
-        span.set("db.response.returned_rows", len(rows))
+        texts = await ledger.read(work, single_statement=True)
+        span.set("db.response.returned_rows", len(texts))
     if limit is not None:
-        rows = rows[::-1]
-    loads = json.loads
+        texts = texts[::-1]
     try:
-        return [loads(row[1]) for row in rows]
-    except ValueError:
-        for row in rows:  # the row to name (json.loads raised on one of them)
-            decode(session_id, row[0], row[1])
+        return list(map(loads, texts))
+    except ValueError as error:
+        await _name_invalid(ledger, session_id, limit, error)
         raise
+
+
+async def _name_invalid(ledger: Ledger, session_id: str, limit: int | None, error: ValueError) -> None:
+    """A read found an item that is not JSON: read the items again with their sequences
+    to name it (:func:`decode` raises); one fixed since (retracted, cleared) is named
+    by the error alone."""
+    statement = select(_items.c.sequence, _items.c.item_json).where(_items.c.session_id == session_id, _live)
+    if limit is None:
+        statement = statement.order_by(_items.c.sequence)
+    else:
+        statement = statement.order_by(_items.c.sequence.desc()).limit(min(limit, _MAX_LIMIT))
+
+    async def work(conn: AsyncConnection) -> Sequence[Row[Any, Any]]:
+        return (await conn.execute(statement)).all()
+
+    for row in await ledger.read(work, single_statement=True):
+        decode(session_id, row.sequence, row.item_json)
+    raise ValueError(
+        f"OpenAI Agents session {session_id!r}: an item was read as invalid JSON: {error}"
+    ) from None
 
 
 @dataclass(frozen=True, slots=True)
