@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Row, bindparam, case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -242,10 +242,9 @@ async def read(ledger: Ledger, session_id: str, limit: int | None) -> list[Any]:
         return list(map(loads, texts))
     except ValueError as error:
         await _name_invalid(ledger, session_id, limit, error)
-        raise
 
 
-async def _name_invalid(ledger: Ledger, session_id: str, limit: int | None, error: ValueError) -> None:
+async def _name_invalid(ledger: Ledger, session_id: str, limit: int | None, error: ValueError) -> NoReturn:
     """A read found an item that is not JSON: read the items again with their sequences
     to name it (:func:`decode` raises); one fixed since (retracted, cleared) is named
     by the error alone."""
