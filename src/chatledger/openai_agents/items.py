@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from sqlalchemy import Row, bindparam, case, delete, func, insert, select, update
+from sqlalchemy import Row, bindparam, case, delete, func, insert, null, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import clock, marks, telemetry, validate
@@ -89,6 +89,41 @@ def encode(item: object, field: str) -> str:
     return validate.text(text, field)
 
 
+#: The add's parameters: the session, the instant, and the number of items.
+_SESSION_ID = bindparam("session_id", type_=_sessions.c.id.type)
+_NOW = bindparam("now", type_=_sessions.c.updated_at.type)
+_COUNT = bindparam("count", type_=BigInt)
+#: The add's statements, built once per backend and RETURNING support (their cache
+#: keys and compiled forms then reused on every add), by :func:`_bump`.
+_BUMPS: dict[tuple[str, bool], Any] = {}
+_RANGE = select(_sessions.c.last_sequence, _sessions.c.generation).where(_sessions.c.id == _SESSION_ID)
+_ITEM_INSERT = insert(_items)
+
+
+def _bump(greatest: Callable[..., Any], returning: bool) -> Any:
+    """The add's first statement: lock the counter row and take ``count`` sequences; a
+    cleared session starts its next generation here (``created_at`` before
+    ``deleted_at``: MySQL assigns left to right). ``updated_at`` never moves back
+    (:meth:`chatledger.dialects.Backend.latest`). ``returning``: the range comes back
+    with it (where the database returns an ``UPDATE``'s rows), one statement fewer
+    than reading it after."""
+    updated_at = _sessions.c.updated_at
+    bump = (
+        update(_sessions)
+        .where(_sessions.c.id == _SESSION_ID)
+        .ordered_values(
+            (
+                _sessions.c.created_at,
+                case((_sessions.c.deleted_at.is_not(None), _NOW), else_=_sessions.c.created_at),
+            ),
+            (_sessions.c.last_sequence, _sessions.c.last_sequence + _COUNT),
+            (updated_at, greatest(updated_at, _NOW, type_=updated_at.type)),
+            (_sessions.c.deleted_at, null()),
+        )
+    )
+    return bump.returning(_sessions.c.last_sequence, _sessions.c.generation) if returning else bump
+
+
 async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[str]) -> None:
     """Append ``texts`` (one item's JSON each, ids ``item_ids`` fixed by the caller before
     the first attempt) as one gap-free range of sequences, in one transaction.
@@ -98,33 +133,19 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
     done: it happened before the clear, which erased it.
     """
     count = len(texts)
-    latest = ledger.backend.latest
+    backend = ledger.backend
     attempted: list[int] = []  # the generation the last attempt wrote into
 
     async def work(conn: AsyncConnection) -> bool:
         attempted.clear()
         now = clock.utc_now()
-        # Lock the counter row and take the range; a cleared session starts its next
-        # generation here (created_at before deleted_at: MySQL assigns left to right).
-        bump = (
-            update(_sessions)
-            .where(_sessions.c.id == session_id)
-            .ordered_values(
-                (
-                    _sessions.c.created_at,
-                    case((_sessions.c.deleted_at.is_not(None), now), else_=_sessions.c.created_at),
-                ),
-                (_sessions.c.last_sequence, _sessions.c.last_sequence + count),
-                (_sessions.c.updated_at, latest(_sessions.c.updated_at, now)),
-                (_sessions.c.deleted_at, None),
-            )
-        )
-        # Where the database returns an UPDATE's rows (SQLAlchemy's dialect says), the
-        # range comes back with the bump: one statement fewer than reading it after.
+        # Where SQLAlchemy's dialect says the database returns an UPDATE's rows.
         returning = conn.dialect.update_returning
-        moved = await conn.execute(
-            bump.returning(_sessions.c.last_sequence, _sessions.c.generation) if returning else bump
-        )
+        key = (backend.name, returning)
+        bump = _BUMPS.get(key)
+        if bump is None:
+            bump = _BUMPS[key] = _bump(backend.greatest, returning)
+        moved = await conn.execute(bump, {"session_id": session_id, "now": now, "count": count})
         row: Any = moved.one_or_none() if returning else None
         if row is None and (returning or moved.rowcount == 0):
             # The first add (or the first since a purge of the session's tombstone): its
@@ -145,16 +166,10 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
                 )
             )
         if row is None:
-            row = (
-                await conn.execute(
-                    select(_sessions.c.last_sequence, _sessions.c.generation).where(
-                        _sessions.c.id == session_id
-                    )
-                )
-            ).one()
+            row = (await conn.execute(_RANGE, {"session_id": session_id})).one()
         first = row.last_sequence - count + 1
         await conn.execute(
-            insert(_items),
+            _ITEM_INSERT,
             [
                 {
                     "session_id": session_id,
