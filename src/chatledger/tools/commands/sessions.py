@@ -7,6 +7,8 @@ import argparse
 
 from rich.console import Console
 
+from ... import validate
+from ...types import MAX_ADK_SCOPE_LENGTH
 from ..kinds import KINDS
 from .shared import Command, add_dsn
 
@@ -88,15 +90,21 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     purge.add_argument("--yes", action="store_true", help="do not ask")
 
 
+def _scope(value: str | None, flag: str) -> str | None:
+    """An ``--app``/``--user`` value, checked as the ADK service checks ``app_name`` and
+    ``user_id`` (not blank, no NUL, at most ``MAX_ADK_SCOPE_LENGTH`` characters)."""
+    return None if value is None else validate.identifier(value, flag, limit=MAX_ADK_SCOPE_LENGTH)
+
+
 async def _sessions(args: argparse.Namespace, console: Console) -> int:
     from .. import sessions
 
     kinds = (args.kind,) if args.kind else sessions.KINDS
     scope: dict[str, str | None] = {}
-    if args.action in ("delete", "purge"):
-        if (args.app is not None or args.user is not None) and args.kind != "adk":
+    if args.action in ("show", "delete", "purge"):
+        scope = {"app_name": _scope(args.app, "--app"), "user_id": _scope(args.user, "--user")}
+        if args.action != "show" and (args.app is not None or args.user is not None) and args.kind != "adk":
             raise ValueError("--app and --user are for --kind adk")
-        scope = {"app_name": args.app, "user_id": args.user}
     if args.action == "list":
         listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
         sessions.print_list(listing, console, as_json=args.json)
@@ -108,8 +116,7 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
             console,
             messages=args.messages,
             kinds=kinds,
-            app_name=args.app,
-            user_id=args.user,
+            **scope,
         )
         return 0 if found else 1
     if args.action == "delete":
