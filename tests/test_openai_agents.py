@@ -174,10 +174,11 @@ async def test_processes_add_to_one_session(database: Database, session_id: str,
         assert stored[start_at : start_at + 2] == [f"{worker}-{n}-0", f"{worker}-{n}-1"]
 
 
-#: The statements of an add to an existing session: the counter bump returns the range
-#: where the database returns an UPDATE's rows; MySQL/MariaDB read it after the bump.
+#: The statements of an add to an existing session: PostgreSQL's one (the bump in a CTE,
+#: the items inserted from it: Backend.items_add); elsewhere the counter bump returns the
+#: range where the database returns an UPDATE's rows, and MySQL/MariaDB read it after.
 ADD_STATEMENTS = {
-    "postgresql": ["UPDATE openai_sessions", "INSERT INTO openai_items"],
+    "postgresql": ["WITH counter AS"],
     "sqlite": ["UPDATE openai_sessions", "INSERT INTO openai_items"],
     "mysql": ["UPDATE openai_sessions", "SELECT openai_sessions.last_sequence,", "INSERT INTO openai_items"],
 }
@@ -187,8 +188,8 @@ async def test_an_add_costs_its_bump_and_its_insert(
     ledger: Ledger, open_session: Callable[[str], Any], session_id: str, database: Database
 ) -> None:
     """An add to an existing session sends the counter bump and one INSERT of its items
-    (plus the range's read where an UPDATE returns no rows), and no BEGIN of its own on
-    SQLite (its first statement writes)."""
+    (one statement on PostgreSQL; plus the range's read where an UPDATE returns no
+    rows), and no BEGIN of its own on SQLite (its first statement writes)."""
     session = open_session(session_id)
     await session.add_items([{"role": "user", "content": "first"}])
     trips = RoundTrips(ledger.engine)

@@ -331,6 +331,12 @@ class Backend:
     #: to keep the database's triggers: SQLite drops a table's triggers with it, and
     #: refuses to rename a table while a trigger names one that is missing.
     rebuild_triggers: Callable[[Connection], tuple[tuple[str, ...], tuple[str, ...]]] | None = None
+    #: An OpenAI Agents add in one statement, built once from the add's counter-row
+    #: ``UPDATE .. RETURNING last_sequence, generation`` (``session_id``, ``now``,
+    #: ``count`` parameters): it also inserts the items (``item_ids``, ``item_jsons``:
+    #: lists, in order) and returns the generation written into, a row per item; no
+    #: row when the counter row is missing. ``None``: the add's own two statements.
+    items_add: Callable[[Any], Any] | None = None
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver = field(default=_lacking("save_rein_session"), metadata=_REQUIRED)
     #: The greater of its arguments, in one SQL expression (NULL if any is NULL):

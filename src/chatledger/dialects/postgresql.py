@@ -22,11 +22,13 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     String,
+    Text,
     any_,
     bindparam,
     func,
     select,
     text,
+    true,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import URL, Connection
@@ -34,7 +36,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..options import LedgerOptions
-from ..schema import raw_messages_table
+from ..schema import openai_items_table, raw_messages_table
+from ..types import BigInt
 from .appends import MESSAGE_COLUMNS, append_params, counter_upsert, save_rein_returning
 from .base import (
     DATABASE_HINT,
@@ -400,6 +403,36 @@ def _transaction_open_psycopg(dbapi_connection: Any) -> bool:
     return bool(dbapi_connection.driver_connection.info.transaction_status != TransactionStatus.IDLE)
 
 
+def _items_add_postgresql(bump: Any) -> Any:
+    """The OpenAI Agents add as one statement (:attr:`Backend.items_add`): the counter
+    row's ``UPDATE`` in a CTE, the items ``INSERT .. SELECT`` from ``unnest`` of the
+    two bound arrays ``WITH ORDINALITY`` (one statement whatever the number of items),
+    their sequences the range the ``UPDATE`` took."""
+    counter = bump.cte("counter")
+    table = openai_items_table
+    given = (
+        func.unnest(
+            bindparam("item_ids", type_=postgresql.ARRAY(Text())),
+            bindparam("item_jsons", type_=postgresql.ARRAY(Text())),
+        )
+        .table_valued("item_id", "item_json", with_ordinality="position")
+        .render_derived(name="given")
+    )
+    count = bindparam("count", type_=BigInt)
+    rows = select(
+        bindparam("session_id", type_=table.c.session_id.type),
+        counter.c.last_sequence - count + given.c.position,
+        given.c.item_id,
+        given.c.item_json,
+        bindparam("now", type_=table.c.created_at.type),
+    ).select_from(counter.join(given, true()))
+    return (
+        table.insert()
+        .from_select(["session_id", "sequence", "item_id", "item_json", "created_at"], rows)
+        .returning(select(counter.c.generation).scalar_subquery())
+    )
+
+
 ASYNCPG = Backend(
     name="postgresql",
     display_name="PostgreSQL",
@@ -411,6 +444,7 @@ ASYNCPG = Backend(
     default_collation="default",
     append_message=_append_postgresql,
     save_rein_session=_save_rein_postgresql,
+    items_add=_items_add_postgresql,
     greatest=func.greatest,
     order_live_by_tombstone=True,
     # serialization_failure, deadlock_detected, lock_not_available (lock_timeout),

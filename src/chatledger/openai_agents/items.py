@@ -94,8 +94,10 @@ _SESSION_ID = bindparam("session_id", type_=_sessions.c.id.type)
 _NOW = bindparam("now", type_=_sessions.c.updated_at.type)
 _COUNT = bindparam("count", type_=BigInt)
 #: The add's statements, built once per backend and RETURNING support (their cache
-#: keys and compiled forms then reused on every add), by :func:`_bump`.
+#: keys and compiled forms then reused on every add): :func:`_bump`, and the one
+#: statement of a backend that has :attr:`chatledger.dialects.Backend.items_add`.
 _BUMPS: dict[tuple[str, bool], Any] = {}
+_ONE_STATEMENT: dict[str, Any] = {}
 _RANGE = select(_sessions.c.last_sequence, _sessions.c.generation).where(_sessions.c.id == _SESSION_ID)
 _ITEM_INSERT = insert(_items)
 
@@ -139,13 +141,23 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
     async def work(conn: AsyncConnection) -> bool:
         attempted.clear()
         now = clock.utc_now()
+        params = {"session_id": session_id, "now": now, "count": count}
+        if backend.items_add is not None:
+            statement = _ONE_STATEMENT.get(backend.name)
+            if statement is None:
+                statement = _ONE_STATEMENT[backend.name] = backend.items_add(_bump(backend.greatest, True))
+            written = await conn.execute(statement, {**params, "item_ids": item_ids, "item_jsons": texts})
+            generation = written.scalars().first()
+            if generation is not None:
+                attempted[:] = [generation]  # before the COMMIT, as below
+                return True
         # Where SQLAlchemy's dialect says the database returns an UPDATE's rows.
         returning = conn.dialect.update_returning
         key = (backend.name, returning)
         bump = _BUMPS.get(key)
         if bump is None:
             bump = _BUMPS[key] = _bump(backend.greatest, returning)
-        moved = await conn.execute(bump, {"session_id": session_id, "now": now, "count": count})
+        moved = await conn.execute(bump, params)
         row: Any = moved.one_or_none() if returning else None
         if row is None and (returning or moved.rowcount == 0):
             # The first add (or the first since a purge of the session's tombstone): its
