@@ -80,6 +80,33 @@ async def test_chatledgers_own_agent_sessions_is_never_read_as_the_sdks(tmp_path
         await import_openai_sdk(other, target, messages_table="nope")
 
 
+async def test_the_sdks_own_database_is_refused_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The one-line swap pointed at the SDK's own database: refused with the way in
+    (import from it into another database), never advice to drop its tables."""
+    source = await sdk_store(tmp_path / "sdk.sqlite3", {"alpha": 2})
+    session = LedgerSession.from_url("alpha", url=source, create_tables=True)
+    try:
+        with pytest.raises(SchemaNotReady, match="OpenAI Agents SDK's own tables") as refused:
+            await session.get_items()
+    finally:
+        await session.close()
+    assert "chatledger import --dsn" in str(refused.value)
+    assert "drop" not in str(refused.value)
+    assert await cli.run(["check", "--dsn", source]) != 0
+    assert "--openai-sdk" in capsys.readouterr().err
+    engine = create_async_engine(source)
+    try:
+        async with engine.connect() as conn:
+            assert set(await conn.run_sync(lambda sync: inspect(sync).get_table_names())) == {
+                "agent_sessions",
+                "agent_messages",
+            }
+    finally:
+        await engine.dispose()
+
+
 async def test_the_import_command_counts_and_dry_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -47,6 +47,9 @@ REIN_TABLE = "rein_sessions"
 #: chatledger's own tables beside zett's: a database holding any of them is not zett-agent's
 #: own (chatledger's revision, its compatibility record, rein's sessions).
 OWN_TABLES = (REIN_TABLE, migrate.VERSION_TABLE, migrate.COMPATIBILITY_TABLE)
+#: The OpenAI Agents SDK's default tables (``SQLAlchemySession``, ``SQLiteSession``):
+#: its ``agent_sessions`` has the name of chatledger's and zett's, keyed by ``session_id``.
+OPENAI_SDK_TABLES = ("agent_sessions", "agent_messages")
 
 #: The revision whose schema adoption produces (later revisions then apply as usual).
 FIRST_REVISION = "0001"
@@ -293,6 +296,10 @@ def adopt_hint(connection: Connection) -> str | None:
       ``chatledger_*`` bookkeeping tables): zett's own store wrote it; the sentence names
       ``chatledger adopt``, and adopting a copy to leave the original to zett (what
       ``copy`` and ``export``, which read chatledger's schema only, need from it);
+    * the OpenAI Agents SDK's own tables (:data:`OPENAI_SDK_TABLES`, its
+      ``agent_sessions`` keyed by ``session_id``): the SDK wrote it; the sentence says to
+      keep it and import from it into another database (``chatledger import
+      --openai-sdk``), never to drop a table;
     * any other mix: a revision applied halfway -- on MySQL/MariaDB every DDL statement
       commits on its own, so an upgrade stopped there (or still running) leaves its
       first tables -- or tables made by hand. The sentence names the tables and the
@@ -309,6 +316,15 @@ def adopt_hint(connection: Connection) -> str | None:
     # The table listing, not has_table: MariaDB's DESCRIBE fails (error 1684) while
     # another process's upgrade alters the table, which MySQL commits statement by statement.
     present = set(inspect(connection).get_table_names())
+    if set(OPENAI_SDK_TABLES) <= present and _sdk_sessions(connection):
+        return (
+            "it holds the OpenAI Agents SDK's own tables (agent_sessions, agent_messages), and "
+            "chatledger's agent_sessions is another table of that name, so chatledger cannot use "
+            "this database. Keep it as it is: give chatledger a database of its own and move the "
+            f"sessions in with `chatledger import --dsn <chatledger's DSN> --openai-sdk "
+            f"{as_argument(connection.engine.url)}` (`--dry-run` counts first; "
+            'docs/openai-agents.md, "Moving in from the SDK\'s own tables")'
+        )
     zett = set(ZETT_TABLES) <= present
     if zett and not present & set(OWN_TABLES):
         return (
@@ -334,6 +350,13 @@ def adopt_hint(connection: Connection) -> str | None:
         "the tables the half-applied revision created, as its downgrade() would) and run "
         f"`chatledger upgrade --dsn {as_argument(connection.engine.url)}` again{adoption}"
     )
+
+
+def _sdk_sessions(connection: Connection) -> bool:
+    """Whether ``agent_sessions`` is the OpenAI Agents SDK's: keyed by ``session_id``
+    (zett's and chatledger's are keyed by ``id``)."""
+    columns = {column["name"] for column in inspect(connection).get_columns(OPENAI_SDK_TABLES[0])}
+    return "session_id" in columns and "id" not in columns
 
 
 def state_and_hint(connection: Connection) -> tuple[migrate.SchemaState, str | None]:
