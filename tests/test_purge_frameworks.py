@@ -385,6 +385,8 @@ async def test_the_commands_delete_and_purge_openai_and_adk_sessions(
     assert "--app and --user are for --kind adk" in capsys.readouterr().err
     assert await cli.run(["sessions", "delete", "x", "--dsn", dsn, "--kind", "adk", "--user", " "]) == 2
     assert "--user cannot be empty or blank" in capsys.readouterr().err
+    assert await cli.run(["sessions", "show", "x", "--dsn", dsn, "--kind", "openai", "--app", "shop"]) == 2
+    assert "--app and --user are for --kind adk" in capsys.readouterr().err
 
     for session_id in ("old-1", "old-2"):
         await LedgerSession(session_id, ledger=ledger).add_items([item("hello")])

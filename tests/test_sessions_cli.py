@@ -290,7 +290,7 @@ async def test_a_kind_whose_package_is_missing_is_mentioned_only_when_it_matters
     monkeypatch.setitem(sys.modules, "chatledger.rein", None)  # as if rein-agent were not installed
     assert await run(["sessions", "list", "--dsn", dsn]) == 0
     out = capsys.readouterr().out
-    assert "rein-agent is not installed, so rein sessions are not shown" in out  # the database has some
+    assert "rein-agent is not installed, so rein sessions are left out" in out  # the database has some
     assert ids[0] in out and "rein sessions, newest" not in out
 
     async with LedgerSessionStore(dsn) as store:  # the real one, imported before

@@ -71,8 +71,8 @@ async def open_frameworks(url: URL, kinds: Sequence[str]) -> AsyncIterator[Frame
             elif len(kinds) == 1 or await _holds(found.ledger, kind):
                 package, extra = EXTRAS[kind]
                 found.notes.append(
-                    f"{package} is not installed, so {kind} sessions are not shown: "
-                    f"pip install 'chatledger[{extra}]'"
+                    f"{package} is not installed, so {kind} sessions are left out: "
+                    f"install chatledger with its [{extra}] extra"
                 )
         yield found
     finally:

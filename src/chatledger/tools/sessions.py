@@ -130,7 +130,8 @@ async def _missing(stores: Stores, url: URL, kind: str, package: str, *, explici
             await ledger.close()
     if explicit:
         stores.notes.append(
-            f"{package} is not installed, so {kind} sessions are not shown: pip install 'chatledger[{kind}]'"
+            f"{package} is not installed, so {kind} sessions are left out: install chatledger with its "
+            f"[{kind}] extra"
         )
 
 

@@ -103,7 +103,9 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
     scope: dict[str, str | None] = {}
     if args.action in ("show", "delete", "purge"):
         scope = {"app_name": _scope(args.app, "--app"), "user_id": _scope(args.user, "--user")}
-        if args.action != "show" and (args.app is not None or args.user is not None) and args.kind != "adk":
+        # show without --kind shows every kind, and only ADK's by the two
+        scoped = args.kind not in (None, "adk") if args.action == "show" else args.kind != "adk"
+        if (args.app is not None or args.user is not None) and scoped:
             raise ValueError("--app and --user are for --kind adk")
     if args.action == "list":
         listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
