@@ -205,6 +205,28 @@ async def test_an_add_costs_its_bump_and_its_insert(
     assert [item["content"] for item in await session.get_items()] == ["first", "a", "b"]
 
 
+async def test_an_add_too_large_for_one_statement_goes_row_by_row(
+    ledger: Ledger, open_session: Callable[[str], Any], session_id: str, database: Database
+) -> None:
+    """Items that each fit the statement limit but not together are added row by row
+    where the add would bind them all in one statement (PostgreSQL's one array
+    parameter: one protocol message, refused past 1 GiB), in one transaction still."""
+    session = open_session(session_id)
+    await session.add_items([{"role": "user", "content": "first"}])
+    ledger.statement_limit = 256 * 1024
+    big = [{"role": "user", "content": letter * 130_000} for letter in "ab"]  # 130 KB each, 260 KB both
+    trips = RoundTrips(ledger.engine)
+    try:
+        await session.add_items(big)
+        row_by_row = ["UPDATE openai_sessions", "INSERT INTO openai_items"]
+        expected = row_by_row if database.backend == "postgresql" else ADD_STATEMENTS[database.backend]
+        assert len(trips.sent) == len(expected), trips.sent
+        assert all(sent.startswith(start) for sent, start in zip(trips.sent, expected, strict=True))
+    finally:
+        trips.close()
+    assert [item["content"][:1] for item in await session.get_items()] == ["f", "a", "b"]
+
+
 #: The round trips of a get_items (on aiosqlite: hops to its thread): SQLite sends no
 #: BEGIN for the one SELECT (its own snapshot; the cursor, the statement, its rows,
 #: the cursor's close, the COMMIT), PostgreSQL its read's BEGIN, the SELECT and the

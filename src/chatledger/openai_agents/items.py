@@ -126,6 +126,21 @@ def _bump(greatest: Callable[..., Any], returning: bool) -> Any:
     return bump.returning(_sessions.c.last_sequence, _sessions.c.generation) if returning else bump
 
 
+#: Bytes an array parameter adds per element: its quotes and separator.
+_ELEMENT_BYTES = 4
+
+
+def _fits_one_statement(limit: int, item_ids: list[str], texts: list[str]) -> bool:
+    """Whether an add's items fit ``limit`` (bytes) together, as ``items_add`` binds
+    them: :func:`chatledger.validate.statement_size` of all of them, counted only when
+    the cheap bound of four bytes per character does not fit already."""
+    values = [*texts, *item_ids]
+    overhead = _ELEMENT_BYTES * len(values)
+    if validate.STATEMENT_OVERHEAD + validate.MAX_CHARACTER_BYTES * sum(map(len, values)) + overhead <= limit:
+        return True
+    return validate.statement_size(*values) + overhead <= limit
+
+
 async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[str]) -> None:
     """Append ``texts`` (one item's JSON each, ids ``item_ids`` fixed by the caller before
     the first attempt) as one gap-free range of sequences, in one transaction.
@@ -137,12 +152,19 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
     count = len(texts)
     backend = ledger.backend
     attempted: list[int] = []  # the generation the last attempt wrote into
+    # The one statement binds all the items in one array parameter (one protocol
+    # message; psycopg escapes each element's quotes and backslashes once more): only
+    # an add that fits the statement limit whole, else the items go row by row.
+    one_statement = backend.items_add is not None and _fits_one_statement(
+        ledger.statement_limit, item_ids, texts
+    )
 
     async def work(conn: AsyncConnection) -> bool:
         attempted.clear()
         now = clock.utc_now()
         params = {"session_id": session_id, "now": now, "count": count}
-        if backend.items_add is not None:
+        if one_statement:
+            assert backend.items_add is not None
             statement = _ONE_STATEMENT.get(backend.name)
             if statement is None:
                 statement = _ONE_STATEMENT[backend.name] = backend.items_add(_bump(backend.greatest, True))
