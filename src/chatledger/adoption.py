@@ -323,7 +323,7 @@ def adopt_hint(connection: Connection) -> str | None:
             "this database. Keep it as it is: give chatledger a database of its own and move the "
             f"sessions in with `chatledger import --dsn <chatledger's DSN> --openai-sdk "
             f"{as_argument(connection.engine.url)}` (`--dry-run` counts first; "
-            'docs/openai-agents.md, "Moving in from the SDK\'s own tables")'
+            """docs/openai-agents.md, "Moving in from the SDK's own tables")"""
         )
     zett = set(ZETT_TABLES) <= present
     if zett and not present & set(OWN_TABLES):
