@@ -39,7 +39,7 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.backends import Servers
-from .support.proxy import Proxy, running_proxy
+from .support.proxy import Proxy, commit_point, running_proxy
 from .support.schema_helpers import on_connection
 from .support.throwaway import LedgerState, ledger_state, migrated_database, shared_server
 
@@ -84,13 +84,14 @@ async def test_append_lost_in_its_commit_returns_the_stored_sequence_once(
     storage = await _store(proxy, server_url)
     try:
         await _fill(storage, session_id, 3)
-        proxy.arm("drop-after-commit")
-        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m4")), TIMEOUT)
+        lost = f"m4-{uuid.uuid4().hex}"
+        proxy.arm("drop-after-commit", commit_point(storage.ledger, lost))
+        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content=lost)), TIMEOUT)
         assert not proxy.armed
         assert proxy.events("commit answered"), proxy.log  # the server did commit it
         assert sequence == 4
         assert await ledger_state(storage, session_id) == LedgerState(4, [1, 2, 3, 4])
-        assert await _contents(server_url, session_id) == ["m1", "m2", "m3", "m4"]
+        assert await _contents(server_url, session_id) == ["m1", "m2", "m3", lost]
         assert await storage.append(session_id, "r", UserMessage(content="m5")) == 5
     finally:
         await storage.close()
@@ -103,9 +104,13 @@ async def test_append_racing_its_own_late_commit_is_stored_once(
     try:
         await _fill(storage, session_id, 2)
         accepted = proxy.accepted
-        proxy.arm("commit-late", delay=1.0)
-        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m3")), TIMEOUT)
+        late = f"m3-{uuid.uuid4().hex}"
+        proxy.arm("commit-late", commit_point(storage.ledger, late), delay=1.0)
+        sequence = await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content=late)), TIMEOUT)
         assert sequence == 3
+        # The late message reaches the server, which commits it, or fails it on the message
+        # id when it is the one statement that commits itself and the retry came first.
+        await asyncio.wait_for(proxy.noted("commit answered"), TIMEOUT)
         # The client had reconnected (and looked its write up) before the server got
         # the COMMIT: the race the message id's primary key settles.
         dropped, forwarded = proxy.events("client dropped"), proxy.events("commit forwarded")
@@ -113,7 +118,7 @@ async def test_append_racing_its_own_late_commit_is_stored_once(
         reconnected = [at for at, event in proxy.log if event == "accepted" and at > dropped[0]]
         assert proxy.accepted > accepted and reconnected and reconnected[0] < forwarded[0], proxy.log
         assert await ledger_state(storage, session_id) == LedgerState(3, [1, 2, 3])
-        assert await _contents(server_url, session_id) == ["m1", "m2", "m3"]
+        assert await _contents(server_url, session_id) == ["m1", "m2", late]
     finally:
         await storage.close()
 
@@ -148,10 +153,11 @@ async def test_unreachable_after_a_lost_commit_raises_outcome_unknown_then_settl
     storage = await _store(proxy, server_url, retry_timeout=2)
     try:
         await _fill(storage, session_id, 2)
-        proxy.arm("drop-after-commit", refuse_after=True)
+        lost = f"m3-{uuid.uuid4().hex}"
+        proxy.arm("drop-after-commit", commit_point(storage.ledger, lost), refuse_after=True)
         started = asyncio.get_running_loop().time()
         with pytest.raises(OutcomeUnknown) as caught:
-            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m3")), TIMEOUT)
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content=lost)), TIMEOUT)
         elapsed = asyncio.get_running_loop().time() - started
         assert proxy.events("commit answered") and proxy.events("refusing"), proxy.log
         assert elapsed < 2 + 10, elapsed
@@ -159,10 +165,10 @@ async def test_unreachable_after_a_lost_commit_raises_outcome_unknown_then_settl
         assert message_id is not None and len(message_id) == 36
         message = str(caught.value)
         assert "unknown" in message and message_id in message and "Repeat the identical call" in message
-        assert await _contents(server_url, session_id) == ["m1", "m2", "m3"]  # it was committed
+        assert await _contents(server_url, session_id) == ["m1", "m2", lost]  # it was committed
 
         await proxy.accept()
-        again = await storage.append(session_id, "r", UserMessage(content="m3"), message_id=message_id)
+        again = await storage.append(session_id, "r", UserMessage(content=lost), message_id=message_id)
         assert again == 3
         assert await ledger_state(storage, session_id) == LedgerState(3, [1, 2, 3])
         # The id is the message's: used for another session it is refused.
@@ -193,19 +199,20 @@ async def test_no_free_connection_to_settle_a_lost_commit_is_outcome_unknown(
             await held.execute(
                 select(sessions_table.c.id).where(sessions_table.c.id == other).with_for_update()
             )
-            proxy.arm("drop-after-commit")
-            lost = asyncio.create_task(storage.append(session_id, "r", UserMessage(content="m2")))
+            content = f"m2-{uuid.uuid4().hex}"
+            proxy.arm("drop-after-commit", commit_point(storage.ledger, content))
+            lost = asyncio.create_task(storage.append(session_id, "r", UserMessage(content=content)))
             await asyncio.sleep(0)
             queued = asyncio.create_task(storage.append(other, "r", UserMessage(content="queued")))
             with pytest.raises(OutcomeUnknown) as caught:
                 await asyncio.wait_for(lost, TIMEOUT)
         assert await asyncio.wait_for(queued, TIMEOUT) == 2
-        assert await _contents(server_url, session_id) == ["m1", "m2"]  # it was committed
+        assert await _contents(server_url, session_id) == ["m1", content]  # it was committed
         again = await storage.append(
-            session_id, "r", UserMessage(content="m2"), message_id=caught.value.write_id
+            session_id, "r", UserMessage(content=content), message_id=caught.value.write_id
         )
         assert again == 2
-        assert await _contents(server_url, session_id) == ["m1", "m2"]
+        assert await _contents(server_url, session_id) == ["m1", content]
     finally:
         await holder.dispose()
         await storage.close()
@@ -267,6 +274,10 @@ async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
     storage = await _store(proxy, server_url, retry_timeout=1.5)
     try:
         await _fill(storage, session_id, 1)
+        # No pooled connection: the append's every attempt is refused before it sends
+        # anything (one sent on a connection that is then lost may have committed:
+        # test_a_pooled_connection_lost_under_a_one_statement_append_is_settled).
+        await storage.ledger.engine.dispose()
         proxy.refuse()
         proxy.sever()
         started = asyncio.get_running_loop().time()
@@ -293,6 +304,33 @@ async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
         assert patient.ledger.retries >= 1
     finally:
         await patient.close()
+
+
+async def test_a_pooled_connection_lost_under_a_one_statement_append_is_settled(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    """The pooled connection is dead (the server dropped it) and the database stays
+    down for the budget. An append in a transaction sent no COMMIT: nothing was
+    committed (``StorageUnavailable``). The one statement that commits itself
+    (``ledger.single_append``) may have reached the server before the connection died:
+    ``OutcomeUnknown`` carrying the message id, as for a lost COMMIT. Either way a
+    repeat with that id, once the database answers, stores the message once."""
+    storage = await _store(proxy, server_url, retry_timeout=1.5)
+    try:
+        await _fill(storage, session_id, 1)
+        proxy.refuse()
+        proxy.sever()
+        with pytest.raises(StorageUnavailable) as caught:
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m2")), TIMEOUT)
+        one_statement = storage.ledger.single_append is not None
+        assert isinstance(caught.value, OutcomeUnknown) == one_statement, caught.value
+        message_id = caught.value.write_id if isinstance(caught.value, OutcomeUnknown) else None
+        await proxy.accept()
+        assert await storage.append(session_id, "r", UserMessage(content="m2"), message_id=message_id) == 2
+        assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
+        assert await _contents(server_url, session_id) == ["m1", "m2"]
+    finally:
+        await storage.close()
 
 
 async def test_write_without_lookup_lost_in_its_commit_raises_outcome_unknown(
@@ -360,25 +398,29 @@ async def test_a_retention_delete_lost_in_its_commit_is_looked_up_and_the_run_go
 
 #: The statements of one append, per backend: exactly-once adds none. SQLite sends no
 #: BEGIN of its own: sqlite3 begins the transaction with the first INSERT, which is the
-#: whole append there: revision 0007's trigger moves the counter row along.
+#: whole append there: revision 0007's trigger moves the counter row along. PostgreSQL:
+#: one statement committed by itself, the counter's UPDATE feeding the insert.
 APPEND_STATEMENTS = {
-    "postgresql": ["WITH"],  # one statement: the counter upsert feeding the insert
+    "postgresql": ["WITH"],
     "mysql": ["INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
     "sqlite": ["INSERT INTO raw_messages"],
 }
-#: An append changing the session's title or agent name: on SQLite the one-statement
-#: insert finds the fields to change and inserts nothing, and the counter upsert (which
-#: sets them) and the insert follow.
+#: An append changing the session's title or agent name: the one-statement append
+#: (SQLite's insert, PostgreSQL's autocommit statement) finds the fields to change and
+#: writes nothing, and the counter upsert (which sets them) and the insert follow, in a
+#: transaction (PostgreSQL: in one statement).
 CHANGING_STATEMENTS = {
     **APPEND_STATEMENTS,
+    "postgresql": ["WITH", "WITH"],
     "sqlite": ["INSERT INTO raw_messages", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
 }
 #: Its round trips (SQLite: hops to aiosqlite's thread): the statements, and the BEGIN
-#: (PostgreSQL's drivers) and COMMIT; no ROLLBACK when the connection goes back to the
-#: pool (tests/test_pool_reset.py). SQLite: a cursor, the statement, its fetch and its
-#: close per statement, then the COMMIT.
-APPEND_ROUND_TRIPS = {"postgresql": 3, "mysql": 3, "sqlite": 5}
-CHANGING_ROUND_TRIPS = {**APPEND_ROUND_TRIPS, "sqlite": 12}
+#: (PostgreSQL's drivers) and COMMIT of a transaction (none for PostgreSQL's statement
+#: in autocommit); no ROLLBACK when the connection goes back to the pool
+#: (tests/test_pool_reset.py). SQLite: a cursor, the statement, its fetch and its close
+#: per statement, then the COMMIT.
+APPEND_ROUND_TRIPS = {"postgresql": 1, "mysql": 3, "sqlite": 5}
+CHANGING_ROUND_TRIPS = {**APPEND_ROUND_TRIPS, "postgresql": 4, "sqlite": 12}
 
 
 @pytest.mark.parametrize(

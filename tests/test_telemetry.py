@@ -54,7 +54,7 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.backends import Servers
 from .support.facts import facts_of
-from .support.proxy import Proxy, running_proxy
+from .support.proxy import Proxy, commit_point, running_proxy
 from .support.throwaway import migrated_database, shared_server
 
 #: Seconds any single wait may take before the test fails.
@@ -303,8 +303,9 @@ async def test_a_settle_after_a_dropped_commit_is_an_event_and_a_count(
     try:
         await storage.ledger.ensure_ready()  # its reads commit too: arm the proxy after them
         assert await storage.append(session_id, "r", UserMessage(content="m1")) == 1
-        proxy.arm("drop-after-commit")
-        appended = storage.append(session_id, "r", UserMessage(content="m2"))
+        lost = f"m2-{uuid.uuid4().hex}"
+        proxy.arm("drop-after-commit", commit_point(storage.ledger, lost))
+        appended = storage.append(session_id, "r", UserMessage(content=lost))
         assert await asyncio.wait_for(appended, TIMEOUT) == 2
         assert proxy.events("commit answered"), proxy.log
     finally:

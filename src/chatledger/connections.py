@@ -105,6 +105,15 @@ class Connections:
         self.first_writer = self.engine.execution_options(
             **{**self.backend.write, **self.backend.first_write}
         )
+        #: The engine of a write that is one statement committed by itself
+        #: (:attr:`Backend.single_append`), in autocommit; ``None``: such writes run as
+        #: transactions (no such statement, the caller's engine, or a database whose
+        #: default isolation level chatledger replaces, which only a transaction states).
+        self.single_writer: AsyncEngine | None = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.backend.single_append is not None and not self.foreign
+            else None
+        )
         self.reader = self.engine.execution_options(**self.backend.snapshot_read)
         #: The engine of a read that is one statement (:attr:`Backend.single_read`).
         single = self.backend.single_read
@@ -145,6 +154,7 @@ class Connections:
         options = {**self.backend.write, "isolation_level": isolation_level}
         self.writer = self.engine.execution_options(**options)
         self.first_writer = self.engine.execution_options(**{**options, **self.backend.first_write})
+        self.single_writer = None
 
     def _create_engine(self, url: URL) -> AsyncEngine:
         """The ledger's own engine and pool for ``url`` (the primary or a replica), set up by

@@ -111,6 +111,16 @@ class Ledger:
         return self.readiness.append_message
 
     @property
+    def single_append(self) -> dialects.Appender | None:
+        """The backend's append as one statement committed by itself
+        (:attr:`chatledger.dialects.Backend.single_append`), for :meth:`write` with
+        ``autocommit``; ``None`` where this ledger runs every write as a transaction
+        (see :attr:`chatledger.connections.Connections.single_writer`)."""
+        if self.connections.single_writer is None:
+            return None
+        return self.backend.single_append
+
+    @property
     def auto_upgrade(self) -> bool:
         """Whether :meth:`ensure_ready` upgrades a database that is behind (the
         ``auto_upgrade`` option; unset: for a database file (SQLite), not a server)."""
@@ -173,6 +183,7 @@ class Ledger:
         write_id: str | None = None,
         session: str | None = None,
         first_writes: bool = False,
+        autocommit: bool = False,
     ) -> T:
         """Run ``work`` in one write transaction, retried whole on a transient failure.
 
@@ -181,6 +192,11 @@ class Ledger:
         begin the transaction with it, saving a round trip
         (:attr:`chatledger.dialects.Backend.first_write`: SQLite). Never for work that
         reads first: its reads would run before the transaction began.
+
+        ``autocommit``: ``work`` is one statement that commits itself (only where
+        :attr:`single_append` is set): no ``BEGIN`` and no ``COMMIT``. Its outcome is
+        unknown once it is sent, so a connection lost under it is settled as a lost
+        COMMIT is.
 
         Retried (within ``retry_timeout`` seconds, see
         :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,
@@ -222,7 +238,12 @@ class Ledger:
                 this call (:func:`chatledger.dialects.database_error`).
         """
         return await self.transactions.write(
-            work, settle=settle, write_id=write_id, session=session, first_writes=first_writes
+            work,
+            settle=settle,
+            write_id=write_id,
+            session=session,
+            first_writes=first_writes,
+            autocommit=autocommit,
         )
 
     async def read(

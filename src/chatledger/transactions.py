@@ -133,12 +133,18 @@ class Transactions:
         write_id: str | None = None,
         session: str | None = None,
         first_writes: bool = False,
+        autocommit: bool = False,
     ) -> T:
         """See :meth:`chatledger.engine.Ledger.write`."""
         positions = self.positions
         if session is None or positions is None:
             return await self.run(
-                work, write=True, settle=settle, write_id=write_id, first_writes=first_writes
+                work,
+                write=True,
+                settle=settle,
+                write_id=write_id,
+                first_writes=first_writes,
+                autocommit=autocommit,
             )
         replication = self.backend.replication
         assert replication is not None
@@ -149,7 +155,13 @@ class Transactions:
 
         try:
             result = await self.run(
-                work, write=True, settle=settle, write_id=write_id, after=remember, first_writes=first_writes
+                work,
+                write=True,
+                settle=settle,
+                write_id=write_id,
+                after=remember,
+                first_writes=first_writes,
+                autocommit=autocommit,
             )
         except OutcomeUnknown:
             positions.wrote(session, None)  # perhaps committed, at a position unknown
@@ -175,6 +187,7 @@ class Transactions:
         after: After | None = None,
         first_writes: bool = False,
         single_statement: bool = False,
+        autocommit: bool = False,
     ) -> T:
         """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
         of its own instead of a write's or a read's; ``ready=False``: without the schema
@@ -182,7 +195,10 @@ class Transactions:
         transaction that succeeded (the work's or a settle's that found the write),
         after its COMMIT; its failure is ignored; ``first_writes``: a write whose first
         statement writes (:attr:`chatledger.dialects.Backend.first_write`);
-        ``single_statement``: a read that is one statement (:attr:`Backend.single_read`)."""
+        ``single_statement``: a read that is one statement (:attr:`Backend.single_read`);
+        ``autocommit``: a write that is one statement committed by itself
+        (:attr:`Connections.single_writer`, which must be set), whose every lost
+        connection leaves its outcome unknown, as a lost COMMIT does."""
         await self.prepare(ready=ready)
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
@@ -204,6 +220,7 @@ class Transactions:
                         after=after,
                         first_writes=first_writes,
                         single_statement=single_statement,
+                        autocommit=autocommit,
                     )
                 except _Retry as retry:
                     if retry.ambiguous:
@@ -312,6 +329,7 @@ class Transactions:
         after: After | None = None,
         first_writes: bool = False,
         single_statement: bool = False,
+        autocommit: bool = False,
     ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
         read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
@@ -326,6 +344,17 @@ class Transactions:
                 engine = self.connections.single_reader if single_statement else self.connections.reader
             if options is not None:  # a call of its own kind (once per ledger): a copy for it
                 engine = self.engine.execution_options(**options)
+            if autocommit:
+                single = self.connections.single_writer
+                assert single is not None, "autocommit needs Connections.single_writer"
+                async with single.connect() as conn:
+                    # The statement commits itself: once sent, its outcome is the COMMIT's.
+                    committing = True
+                    result = await work(conn)
+                    committed = True
+                    if after is not None:
+                        await after(conn)
+                return result
             async with engine.connect() as conn:
                 async with conn.begin():
                     if self.foreign:  # after the engine's own begin listeners

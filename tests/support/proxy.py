@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import URL
 
+from chatledger.engine import Ledger
+
 #: The marker of a COMMIT in the client's byte stream: the statement ``COMMIT``, not
 #: the ``READ COMMITTED`` of a BEGIN.
 COMMIT = re.compile(rb"COMMIT(?![A-Z])")
@@ -75,6 +77,7 @@ class Proxy:
     _server: asyncio.Server | None = None
     _pairs: set[_Pair] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _noted: asyncio.Event = field(default_factory=asyncio.Event)
 
     def url(self, upstream: URL) -> URL:
         """``upstream``'s URL through this proxy."""
@@ -104,8 +107,15 @@ class Proxy:
     def events(self, name: str) -> list[float]:
         return [at for at, event in self.log if event == name]
 
+    async def noted(self, name: str) -> None:
+        """Return once the log holds ``name``."""
+        while not self.events(name):
+            self._noted.clear()
+            await self._noted.wait()
+
     def _note(self, event: str) -> None:
         self.log.append((time.monotonic(), event))
+        self._noted.set()
 
     async def accept(self) -> None:
         """Listen (again) on :attr:`port`."""
@@ -204,6 +214,14 @@ class Proxy:
                     return
                 pair.client.write(chunk)
                 await pair.client.drain()
+
+
+def commit_point(ledger: Ledger, content: str) -> re.Pattern[bytes]:
+    """The client message that commits an append of ``content``, for :meth:`Proxy.arm`:
+    its ``COMMIT``; or, where the append is one statement committed by itself
+    (``ledger.single_append``), that statement, found by ``content``, which the driver
+    sends bound in it (make it unique)."""
+    return re.compile(re.escape(content.encode())) if ledger.single_append is not None else COMMIT
 
 
 @contextlib.asynccontextmanager

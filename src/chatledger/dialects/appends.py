@@ -120,23 +120,38 @@ MESSAGE_INSERT = raw_messages_table.insert().values(
 )
 
 
-def counted_insert() -> Any:
-    """The append in one statement, where a trigger moves the counter row along
-    (revision 0007 on SQLite): ``INSERT INTO raw_messages .. SELECT last_sequence + 1
-    FROM agent_sessions .. RETURNING sequence``.
-
-    It selects the counter row only of a live session with the given parent whose
-    given fields (title, agent name; ``NULL`` keeps the stored one) are already the
-    stored ones, so it writes exactly what the counter upsert would have written, and
-    nothing (an empty result) otherwise: a new session, a tombstone, another parent or
-    a field to change, which the caller then appends by the counter upsert.
-    """
+def unchanged_live_session() -> list[Any]:
+    """The counter row an append may move along without the counter upsert: the
+    session's (``s_id``), live, with the given parent, whose given fields (title, agent
+    name; ``NULL`` keeps the stored one) are already the stored ones. Any other (a new
+    session, a tombstone, another parent, a field to change) the caller appends by the
+    counter upsert, which creates, refuses or changes it."""
     table = sessions_table
 
     def keeps(name: str) -> Any:
         given = bindparam(f"s_{name}", type_=table.c[name].type)
         return given.is_(None) | table.c[name].is_not_distinct_from(given)
 
+    return [
+        table.c.id == bindparam("s_id", type_=table.c.id.type),
+        table.c.parent_session_id.is_not_distinct_from(
+            bindparam("s_parent_session_id", type_=table.c.parent_session_id.type)
+        ),
+        table.c.deleted_at.is_(None),
+        *(keeps(name) for name in _APPEND_FIELDS),
+    ]
+
+
+def counted_insert() -> Any:
+    """The append in one statement, where a trigger moves the counter row along
+    (revision 0007 on SQLite): ``INSERT INTO raw_messages .. SELECT last_sequence + 1
+    FROM agent_sessions .. RETURNING sequence``.
+
+    It selects only the counter row of :func:`unchanged_live_session`, so it writes
+    exactly what the counter upsert would have written, and nothing (an empty result)
+    otherwise.
+    """
+    table = sessions_table
     return (
         raw_messages_table.insert()
         .from_select(
@@ -144,16 +159,25 @@ def counted_insert() -> Any:
             select(
                 *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
                 table.c.last_sequence + 1,
-            ).where(
-                table.c.id == bindparam("s_id", type_=table.c.id.type),
-                table.c.parent_session_id.is_not_distinct_from(
-                    bindparam("s_parent_session_id", type_=table.c.parent_session_id.type)
-                ),
-                table.c.deleted_at.is_(None),
-                *(keeps(name) for name in _APPEND_FIELDS),
-            ),
+            ).where(*unchanged_live_session()),
         )
         .returning(raw_messages_table.c.sequence)
+    )
+
+
+def counter_advance(greatest: Callable[..., Any]) -> Any:
+    """``UPDATE agent_sessions SET last_sequence = last_sequence + 1 .. RETURNING
+    last_sequence`` of the counter row of :func:`unchanged_live_session` only: what the
+    counter upsert does to it, and nothing (no row) to any other."""
+    table = sessions_table
+    return (
+        table.update()
+        .where(*unchanged_live_session())
+        .values(
+            last_sequence=table.c.last_sequence + 1,
+            updated_at=greatest(table.c.updated_at, bindparam("s_updated_at", type_=table.c.updated_at.type)),
+        )
+        .returning(table.c.last_sequence)
     )
 
 

@@ -319,6 +319,13 @@ class Backend:
 
     #: The append: sequence allocation on the counter row and the message insert.
     append_message: Appender = field(default=_lacking("append_message"), metadata=_REQUIRED)
+    #: The append as one statement committed by itself (the ledger runs it in
+    #: autocommit): it moves along the counter row of a live session whose parent and
+    #: given fields are the stored ones, and returns ``None``, writing nothing, for any
+    #: other, which :attr:`append_message` then appends in a transaction. One round trip
+    #: where a transaction costs three (``BEGIN``, the statement, ``COMMIT``). ``None``:
+    #: the backend has none.
+    single_append: Appender | None = None
     #: The append on a schema whose trigger moves the counter row along with the raw
     #: log (:attr:`counter_trigger_query` finds it): one statement where it can, else
     #: :attr:`append_message`'s. ``None``: the backend has no such trigger.

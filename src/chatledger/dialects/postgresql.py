@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..options import LedgerOptions
 from ..schema import openai_items_table, raw_messages_table
 from ..types import BigInt
-from .appends import MESSAGE_COLUMNS, append_params, counter_upsert, save_rein_returning
+from .appends import MESSAGE_COLUMNS, append_params, counter_advance, counter_upsert, save_rein_returning
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
@@ -73,6 +73,32 @@ async def _append_postgresql(
     message INSERT .. SELECT; on a parent mismatch or a tombstone the CTE is empty, so
     is the insert."""
     result = await conn.execute(_POSTGRESQL_APPEND, append_params(values, row, now))
+    sequence: int | None = result.scalar_one_or_none()
+    return sequence
+
+
+_POSTGRESQL_SINGLE_APPEND = (
+    raw_messages_table.insert()
+    .from_select(
+        [*MESSAGE_COLUMNS, "sequence"],
+        select(
+            *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
+            (advance := counter_advance(func.greatest).cte("counter")).c.last_sequence,
+        ),
+    )
+    .returning(raw_messages_table.c.sequence)
+)
+
+
+async def _single_append_postgresql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """PostgreSQL: the append as one statement committed by itself (autocommit), on a
+    session whose counter row it only moves along: the counter's ``UPDATE`` in a CTE
+    feeding the message's ``INSERT .. SELECT``. One statement is atomic, so its row lock,
+    the counter and the message commit together or not at all; no row: not such a
+    session, and nothing was written."""
+    result = await conn.execute(_POSTGRESQL_SINGLE_APPEND, append_params(values, row, now))
     sequence: int | None = result.scalar_one_or_none()
     return sequence
 
@@ -443,6 +469,7 @@ ASYNCPG = Backend(
     column_collations=_column_collations_postgresql,
     default_collation="default",
     append_message=_append_postgresql,
+    single_append=_single_append_postgresql,
     save_rein_session=_save_rein_postgresql,
     items_add=_items_add_postgresql,
     greatest=func.greatest,

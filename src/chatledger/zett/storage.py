@@ -379,7 +379,20 @@ class LedgerSessionStorage:
                 )
             return int(stored.sequence)
 
+        single = ledger.single_append  # set by the schema check above
         try:
+            if single is not None:
+                # One round trip on a session it only moves along; else (None) the
+                # transaction below, which creates, refuses or changes the session.
+                sequence = await ledger.write(
+                    lambda conn: single(conn, session_values, row, now),
+                    settle=settle,
+                    write_id=row["id"],
+                    session=session_values["id"],
+                    autocommit=True,
+                )
+                if sequence is not None:
+                    return sequence
             # The append's first statement is an INSERT (first_writes).
             return await self.ledger.write(
                 work, settle=settle, write_id=row["id"], session=session_values["id"], first_writes=True

@@ -42,6 +42,7 @@ class RoundTrips:
         self._protocol = 0  # BEGIN, COMMIT, ROLLBACK sent
         self._requests = 0  # the driver's own, where counted
         self._began = False
+        self._autocommit = False
         self._stops: dict[int, Callable[[], None]] = {}
         self._listeners: list[tuple[Any, str, Callable[..., None], dict[str, Any]]] = [
             (self._engine, "before_cursor_execute", self._statement, {}),
@@ -93,11 +94,14 @@ class RoundTrips:
             self._began = False
             self._protocol += 1
 
-    def _begin(self, _conn: Any) -> None:
-        self._began = self._backend.begin_round_trip
+    def _begin(self, conn: Any) -> None:
+        # In autocommit (a statement that commits itself) the driver sends neither.
+        self._autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        self._began = self._backend.begin_round_trip and not self._autocommit
 
     def _end(self, _conn: Any) -> None:
-        if not self._began:  # a transaction that sent nothing ends without a round trip
+        # A transaction that sent nothing ends without a round trip.
+        if not self._began and not self._autocommit:
             self._protocol += 1
         self._began = False
 
