@@ -46,6 +46,7 @@ import functools
 import io
 import itertools
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -89,7 +90,7 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.history_model import Checkpoint, Message, ReinModel, ZettModel
-from .support.proxy import Proxy
+from .support.proxy import COMMIT, Proxy, commit_point
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "10"))
 STEPS = int(os.environ.get("CHATLEDGER_HISTORY_STEPS", "20"))
@@ -370,19 +371,24 @@ class HistoryMachine(RuleBasedStateMachine):
     # -- running a group of calls under a fault ----------------------------------------
 
     async def group(
-        self, calls: Sequence[tuple[Callable[[], Awaitable[Any]], float | None]], fault: str, label: str
+        self,
+        calls: Sequence[tuple[Callable[[], Awaitable[Any]], float | None]],
+        fault: str,
+        label: str,
+        commit: re.Pattern[bytes] = COMMIT,
     ) -> list[Outcome]:
-        """Run ``calls`` at once (each cancelled after its delay, if any) under ``fault``;
-        then wait for the database to finish what they sent (:meth:`World.quiesce`)."""
+        """Run ``calls`` at once (each cancelled after its delay, if any) under ``fault``,
+        which acts on the message ``commit`` matches (:func:`commit_point`); then wait for
+        the database to finish what they sent (:meth:`World.quiesce`)."""
         proxy = self.world.proxy
         met = len(proxy.log) if proxy is not None else 0
         reopening: asyncio.Task[None] | None = None
         if proxy is not None and fault != "none":
             if fault == "unreachable":
-                proxy.arm("drop-after-commit", refuse_after=True)
+                proxy.arm("drop-after-commit", commit, refuse_after=True)
                 reopening = asyncio.create_task(_keep_reopening(proxy))
             else:
-                proxy.arm(fault)
+                proxy.arm(fault, commit)
         try:
             outcomes = list(await asyncio.gather(*(_one(call, cancel) for call, cancel in calls)))
             if fault != "none" or any(cancel is not None for _, cancel in calls):
@@ -450,7 +456,9 @@ class HistoryMachine(RuleBasedStateMachine):
         group = [(append(store, id, message), cancel) for store, id, message, cancel in plan]
         if reader:
             group.append((lambda: self.stores[0].load(plan[0][1]), None))
-        outcomes = await self.group(group, fault, "append")
+        first_store, _, first_message, _ = plan[0]
+        commit = commit_point(self.stores[first_store].ledger, first_message.message_id)
+        outcomes = await self.group(group, fault, "append", commit)
         for id, model in before.items():
             mine = [
                 (store, message, outcomes[n])

@@ -216,12 +216,12 @@ class Proxy:
                 await pair.client.drain()
 
 
-def commit_point(ledger: Ledger, content: str) -> re.Pattern[bytes]:
-    """The client message that commits an append of ``content``, for :meth:`Proxy.arm`:
-    its ``COMMIT``; or, where the append is one statement committed by itself
-    (``ledger.single_append``), that statement, found by ``content``, which the driver
-    sends bound in it (make it unique)."""
-    return re.compile(re.escape(content.encode())) if ledger.single_append is not None else COMMIT
+def commit_point(ledger: Ledger, value: str) -> re.Pattern[bytes]:
+    """The client message that commits an append, for :meth:`Proxy.arm`: its ``COMMIT``;
+    or, where the append is one statement committed by itself (``ledger.single_append``),
+    that statement, found by ``value``, a unique value it binds (its message id, or a
+    unique content)."""
+    return re.compile(re.escape(value.encode())) if ledger.single_append is not None else COMMIT
 
 
 @contextlib.asynccontextmanager

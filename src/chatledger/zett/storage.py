@@ -265,7 +265,8 @@ class LedgerSessionStorage:
     ) -> int:
         """Append one immutable raw-log message; return its sequence.
 
-        One transaction: the first append creates the session (with
+        One transaction (on PostgreSQL, on a session it only moves along, one
+        statement that commits itself): the first append creates the session (with
         ``parent_session_id``, ``title`` and ``agent_name``, session type 0), the
         counter row advances, and the message is inserted with that sequence.
         Concurrent appenders queue on the counter row, so there is never a gap or a
@@ -313,9 +314,10 @@ class LedgerSessionStorage:
                 own store after ``chatledger adopt``), and this append's sequence is
                 taken; the message names the session, the sequence, the counter's
                 ``last_sequence`` and ``chatledger check``. Nothing is written.
-            OutcomeUnknown: the COMMIT's answer was lost and the database stayed
-                unreachable for the retry budget; repeat the call with ``message_id``
-                set to the error's ``write_id``.
+            OutcomeUnknown: the COMMIT's answer was lost (on PostgreSQL, where the
+                append is one statement that commits itself: the connection was lost
+                under it) and the database stayed unreachable for the retry budget;
+                repeat the call with ``message_id`` set to the error's ``write_id``.
             StorageUnavailable, ConfigurationError, SchemaNotReady: see
                 :meth:`chatledger.engine.Ledger.write`.
         """
