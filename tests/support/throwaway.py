@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chatledger.dsn import resolve_dsn
@@ -496,6 +496,9 @@ async def ledger_state(storage: object, session_id: str) -> LedgerState:
 #: Points where a ``hang`` writer stops inside its append transaction: right after
 #: the statement that advances the counter row (on PostgreSQL the one statement of
 #: the append, on MySQL and SQLite before the message insert), and right before COMMIT.
+#: Where the append is one statement that commits itself (``ledger.single_append``),
+#: it has no such points: the writer gives it a title to set, which takes the
+#: transaction.
 HANG_POINTS = ("after-counter", "before-commit")
 
 
@@ -520,8 +523,9 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
         if point == "after-counter":
 
             @event.listens_for(engine, "after_cursor_execute")
-            def _after(conn: object, cursor: object, statement: str, *args: object) -> None:
-                if "agent_sessions" in statement and "INSERT" in statement.upper():
+            def _after(conn: Connection, cursor: object, statement: str, *args: object) -> None:
+                in_transaction = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+                if in_transaction and "agent_sessions" in statement and "INSERT" in statement.upper():
                     _stop_here()
 
         elif point == "before-commit":
@@ -532,7 +536,8 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
 
         else:
             raise SystemExit(f"unknown hang point {point!r}")
-        await storage.append(session_id, "killed", UserMessage(content="never committed"))
+        title = "never set" if storage.ledger.single_append is not None else None
+        await storage.append(session_id, "killed", UserMessage(content="never committed"), title=title)
         raise SystemExit("the append finished without stopping")
 
 
