@@ -131,9 +131,16 @@ def test_ctrl_c_during_an_import_says_what_was_committed_and_that_a_re_run_resum
         deadline = time.monotonic() + 240
         while imported(target) < 10 and running.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert running.poll() is None, "the import ended before it could be interrupted"
-        running.send_signal(signal.SIGINT)
-        _, stderr = running.communicate(timeout=120)
+        # Hold the file's write lock (taken between two of the import's transactions):
+        # the import waits on it, so it is still running, mid-import, when Ctrl-C comes.
+        holder = sqlite3.connect(target, timeout=60, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            assert running.poll() is None, "the import ended before it could be interrupted"
+            running.send_signal(signal.SIGINT)
+            _, stderr = running.communicate(timeout=120)
+        finally:
+            holder.close()  # rolls back: it wrote nothing
     finally:
         running.kill()
     assert running.returncode == 130
