@@ -276,7 +276,7 @@ async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
         await _fill(storage, session_id, 1)
         # No pooled connection: the append's every attempt is refused before it sends
         # anything (one sent on a connection that is then lost may have committed:
-        # test_a_pooled_connection_lost_under_a_one_statement_append_is_settled).
+        # test_a_commit_lost_on_its_way_is_outcome_unknown_then_stored_once).
         await storage.ledger.engine.dispose()
         proxy.refuse()
         proxy.sever()
@@ -306,29 +306,57 @@ async def test_unreachable_database_gives_storage_unavailable_within_the_budget(
         await patient.close()
 
 
-async def test_a_pooled_connection_lost_under_a_one_statement_append_is_settled(
+async def test_a_commit_lost_on_its_way_is_outcome_unknown_then_stored_once(
     proxy: Proxy, server_url: URL, session_id: str
 ) -> None:
-    """The pooled connection is dead (the server dropped it) and the database stays
-    down for the budget. An append in a transaction sent no COMMIT: nothing was
-    committed (``StorageUnavailable``). The one statement that commits itself
-    (``ledger.single_append``) may have reached the server before the connection died:
-    ``OutcomeUnknown`` carrying the message id, as for a lost COMMIT. Either way a
-    repeat with that id, once the database answers, stores the message once."""
+    """The message that commits the append (its COMMIT, or its one statement that
+    commits itself) is lost on its way to the server, which then stays unreachable for
+    the budget: the client cannot know it never arrived, so ``OutcomeUnknown`` carrying
+    the message id; the repeat with that id, once the database answers, stores the
+    message once."""
     storage = await _store(proxy, server_url, retry_timeout=1.5)
     try:
         await _fill(storage, session_id, 1)
+        lost = f"m2-{uuid.uuid4().hex}"
+        proxy.arm("drop-before", commit_point(storage.ledger, lost))
+        proxy.refuse()  # the pooled connection stays, until the proxy drops it
+        with pytest.raises(OutcomeUnknown) as caught:
+            await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content=lost)), TIMEOUT)
+        assert proxy.events("dropped before"), proxy.log
+        await proxy.accept()
+        write_id = caught.value.write_id
+        again = await storage.append(session_id, "r", UserMessage(content=lost), message_id=write_id)
+        assert again == 2
+        assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
+        assert await _contents(server_url, session_id) == ["m1", lost]
+    finally:
+        await storage.close()
+
+
+async def test_a_pooled_connection_the_driver_saw_close_sends_nothing(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    """The server dropped the pooled connection and the driver saw it
+    (``Backend.connection_closed``): the append's statement, even one that commits
+    itself, is never sent, so nothing was committed (``StorageUnavailable`` once the
+    budget is spent, not ``OutcomeUnknown``)."""
+    storage = await _store(proxy, server_url, retry_timeout=1.5, pool_size=1, max_overflow=0)
+    try:
+        await _fill(storage, session_id, 1)
+        async with storage.ledger.engine.connect() as conn:  # the pool's one connection
+            driver_connection = (await conn.get_raw_connection()).driver_connection
         proxy.refuse()
         proxy.sever()
+        for _ in range(500):  # the event loop reads the end of the connection
+            if storage.ledger.backend.connection_closed(driver_connection):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.skip(f"{storage.ledger.backend.driver} does not tell a closed connection before using it")
         with pytest.raises(StorageUnavailable) as caught:
             await asyncio.wait_for(storage.append(session_id, "r", UserMessage(content="m2")), TIMEOUT)
-        one_statement = storage.ledger.single_append is not None
-        assert isinstance(caught.value, OutcomeUnknown) == one_statement, caught.value
-        message_id = caught.value.write_id if isinstance(caught.value, OutcomeUnknown) else None
-        await proxy.accept()
-        assert await storage.append(session_id, "r", UserMessage(content="m2"), message_id=message_id) == 2
-        assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
-        assert await _contents(server_url, session_id) == ["m1", "m2"]
+        assert not isinstance(caught.value, OutcomeUnknown), caught.value
+        assert "nothing from this call was committed" in str(caught.value)
     finally:
         await storage.close()
 

@@ -456,8 +456,11 @@ class HistoryMachine(RuleBasedStateMachine):
         group = [(append(store, id, message), cancel) for store, id, message, cancel in plan]
         if reader:
             group.append((lambda: self.stores[0].load(plan[0][1]), None))
-        first_store, _, first_message, _ = plan[0]
-        commit = commit_point(self.stores[first_store].ledger, first_message.message_id)
+        # The first append's commit: its one statement on a live session; else (a new
+        # session or a tombstone, where that statement writes nothing) its transaction's.
+        first_store, first_id, first_message, _ = plan[0]
+        live = self.zett[first_id].live
+        commit = commit_point(self.stores[first_store].ledger, first_message.message_id) if live else COMMIT
         outcomes = await self.group(group, fault, "append", commit)
         for id, model in before.items():
             mine = [

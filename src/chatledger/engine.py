@@ -194,9 +194,9 @@ class Ledger:
         reads first: its reads would run before the transaction began.
 
         ``autocommit``: ``work`` is one statement that commits itself (only where
-        :attr:`single_append` is set): no ``BEGIN`` and no ``COMMIT``. Its outcome is
-        unknown once it is sent, so a connection lost under it is settled as a lost
-        COMMIT is.
+        :attr:`single_append` is set), returning ``None`` when it wrote nothing: no
+        ``BEGIN`` and no ``COMMIT``. Its outcome is unknown once it is sent, so a
+        connection lost under it is settled as a lost COMMIT is.
 
         Retried (within ``retry_timeout`` seconds, see
         :class:`chatledger.options.LedgerOptions`): deadlocks, serialization failures,

@@ -166,6 +166,8 @@ class Transactions:
         except OutcomeUnknown:
             positions.wrote(session, None)  # perhaps committed, at a position unknown
             raise
+        if autocommit and result is None:
+            return result  # the statement that commits itself wrote nothing
         # No position when reading it failed (the connection lost right after the
         # COMMIT): the session is then read on the primary (replicas.ReadPositions).
         positions.wrote(session, captured[-1] if captured else None)
@@ -198,7 +200,8 @@ class Transactions:
         ``single_statement``: a read that is one statement (:attr:`Backend.single_read`);
         ``autocommit``: a write that is one statement committed by itself
         (:attr:`Connections.single_writer`, which must be set), whose every lost
-        connection leaves its outcome unknown, as a lost COMMIT does."""
+        connection leaves its outcome unknown, as a lost COMMIT does; its ``None``
+        says it wrote nothing (``after`` is not run)."""
         await self.prepare(ready=ready)
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
@@ -348,11 +351,13 @@ class Transactions:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
                 async with single.connect() as conn:
-                    # The statement commits itself: once sent, its outcome is the COMMIT's.
-                    committing = True
+                    # The statement commits itself: once sent, its outcome is the COMMIT's
+                    # (unless the driver knows its connection closed: then it sends nothing).
+                    raw = await conn.get_raw_connection()
+                    committing = not self.backend.connection_closed(raw.driver_connection)
                     result = await work(conn)
                     committed = True
-                    if after is not None:
+                    if after is not None and result is not None:
                         await after(conn)
                 return result
             async with engine.connect() as conn:
@@ -394,7 +399,11 @@ class Transactions:
                 # Even out of the COMMIT: the server rolled the transaction back.
                 raise _Retry(error, dialects.error_code(error)) from error
             if failure is dialects.Failure.CONNECTION:
-                raise _Retry(error, dialects.error_code(error), ambiguous=write and committing) from error
+                code = dialects.error_code(error)
+                # A statement that commits itself, answered by the end of the idle session
+                # it was sent on, never ran.
+                idle = autocommit and dialects.error_code(error, self.backend) in self.backend.idle_codes
+                raise _Retry(error, code, ambiguous=write and committing and not idle) from error
             # Every other code, listed or not, becomes a chatledger error. A write's own
             # key clash becomes ConstraintViolation, which Transactions.run settles before it
             # is raised, as it settled the IntegrityError before.

@@ -373,6 +373,14 @@ class Backend:
     #: refused or dropped the connection, is starting up or shutting down, or has no
     #: connection slot left. Retried like a lost connection.
     unavailable_codes: frozenset[str | int] = frozenset()
+    #: Of :attr:`unavailable_codes`, those that say the server ended the session while
+    #: it was idle, before it read the statement the error answers: a statement that
+    #: commits itself (:attr:`single_append`) failing with one was not run.
+    idle_codes: frozenset[str | int] = frozenset()
+    #: Whether the driver's connection (SQLAlchemy's ``driver_connection``) already
+    #: knows it is closed, so that a statement on it fails without being sent; read from
+    #: the driver's state, without a round trip. ``False``: it does not tell.
+    connection_closed: Callable[[Any], bool] = lambda _connection: False
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that say the same whatever their code: no server of a multi-host DSN serves the
     #: session it asks for (``target_session_attrs``), as while a cluster promotes a

@@ -506,6 +506,10 @@ ASYNCPG = Backend(
     # under way): the cluster may promote one within the retry budget. (psycopg's is
     # an OperationalError of the connection, a CONNECTION failure already.)
     unavailable_exceptions=frozenset({"TargetServerAttributeNotMatched"}),
+    # idle_session_timeout, idle_in_transaction_session_timeout: sent by a server that
+    # ended an idle session, read by the client with the answer to its next statement.
+    idle_codes=frozenset({"57P05", "25P03"}),
+    connection_closed=lambda connection: bool(connection.is_closed()),
     read_only_codes=frozenset({"25006"}),
     full_codes=frozenset({"53100"}),  # disk_full
     code_name="SQLSTATE",
@@ -582,4 +586,5 @@ PSYCOPG = replace(
     driver_aliases=("psycopg_async",),
     resolve_dsn=_resolve_dsn_psycopg,
     transaction_open=_transaction_open_psycopg,
+    connection_closed=lambda connection: bool(connection.closed),
 )
