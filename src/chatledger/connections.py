@@ -106,13 +106,12 @@ class Connections:
             **{**self.backend.write, **self.backend.first_write}
         )
         #: The engine of a write that is one statement committed by itself
-        #: (:attr:`Backend.single_append`), in autocommit; ``None``: such writes run as
-        #: transactions (no such statement, the caller's engine, or a database whose
-        #: default isolation level chatledger replaces, which only a transaction states).
+        #: (:attr:`Backend.single_append`), whose connection the write puts in
+        #: autocommit; ``None``: such writes run as transactions (no such statement, the
+        #: caller's engine, or a database whose default isolation level chatledger
+        #: replaces, which only a transaction states).
         self.single_writer: AsyncEngine | None = (
-            self.engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.backend.single_append is not None and not self.foreign
-            else None
+            self.engine if self.backend.single_append is not None and not self.foreign else None
         )
         self.reader = self.engine.execution_options(**self.backend.snapshot_read)
         #: The engine of a read that is one statement (:attr:`Backend.single_read`).

@@ -351,6 +351,10 @@ class Transactions:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
                 async with single.connect() as conn:
+                    # Set here, not as the engine's option (applied while connecting): a
+                    # cancellation while the driver sets it (psycopg awaits) still gives
+                    # the connection back, and the pool resets it.
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
                     # The statement commits itself: once sent, its outcome is the COMMIT's
                     # (unless the driver knows its connection closed: then it sends nothing).
                     raw = await conn.get_raw_connection()
