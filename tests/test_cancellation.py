@@ -117,6 +117,18 @@ async def test_cancelled_appends_release_connections_and_locks(
     assert sum(not task.cancelled() for task in tasks) <= total <= CALLS
 
 
+async def test_cancelled_loads_release_connections(storage: LedgerSessionStorage, session_id: str) -> None:
+    """Reads state their isolation on their connection (psycopg sets it by awaiting):
+    one cancelled while it is set gives its connection back too. Three storms, each
+    on new connections."""
+    await storage.append(session_id, "first", UserMessage(content="to read"))
+    for _storm in range(3):
+        await storage.ledger.engine.dispose()
+        tasks = await storm(lambda n: storage.load(session_id))
+        await settled(tasks, storage.ledger.engine)
+    assert (await storage.load(session_id)).raw_tail[0].message.content == "to read"
+
+
 async def test_cancelled_rein_twins_release_connections_and_locks(
     ledger_store: LedgerSessionStore, database: Database, session_id: str
 ) -> None:

@@ -347,6 +347,11 @@ class Transactions:
                 engine = self.connections.single_reader if single_statement else self.connections.reader
             if options is not None:  # a call of its own kind (once per ledger): a copy for it
                 engine = self.engine.execution_options(**options)
+            # Set on the connection inside the block where the driver awaits to set them
+            # (Backend.characteristics_await), not while connecting.
+            characteristics = None
+            if self.backend.characteristics_await and not self.foreign and engine is not self.engine:
+                characteristics, engine = engine.get_execution_options(), self.engine
             if autocommit:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
@@ -365,6 +370,8 @@ class Transactions:
                         await after(conn)
                 return result
             async with engine.connect() as conn:
+                if characteristics:
+                    await conn.execution_options(**characteristics)
                 async with conn.begin():
                     if self.foreign:  # after the engine's own begin listeners
                         await self.backend.foreign_begin(conn)

@@ -377,6 +377,12 @@ class Backend:
     #: it was idle, before it read the statement the error answers: a statement that
     #: commits itself (:attr:`single_append`) failing with one was not run.
     idle_codes: frozenset[str | int] = frozenset()
+    #: Whether the driver awaits to set a connection's characteristics (isolation
+    #: level, read only). SQLAlchemy sets an engine's (``execution_options``) while it
+    #: connects, where a cancellation leaves the pooled connection checked out, never
+    #: returned: a ledger's transactions set them on their connection instead, inside
+    #: the block that gives it back.
+    characteristics_await: bool = False
     #: Whether the driver's connection (SQLAlchemy's ``driver_connection``) already
     #: knows it is closed, so that a statement on it fails without being sent; read from
     #: the driver's state, without a round trip. ``False``: it does not tell.

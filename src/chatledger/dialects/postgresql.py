@@ -587,4 +587,6 @@ PSYCOPG = replace(
     resolve_dsn=_resolve_dsn_psycopg,
     transaction_open=_transaction_open_psycopg,
     connection_closed=lambda connection: bool(connection.closed),
+    # set_isolation_level, set_read_only, set_autocommit are coroutines.
+    characteristics_await=True,
 )
