@@ -162,7 +162,11 @@ class ReplicaReads:
         assert replication is not None
         bound = self.connections.options.replica_wait
         try:
-            async with replica.reader.connect() as conn:
+            characteristics_await = replica.backend.characteristics_await
+            # psycopg: set on the connection inside the block (Backend.characteristics_await).
+            async with (replica.engine if characteristics_await else replica.reader).connect() as conn:
+                if characteristics_await:
+                    await conn.execution_options(**replica.backend.snapshot_read)
                 if position is not None:
                     began = time.monotonic()
                     applied = await replication.wait(conn, position, bound)
