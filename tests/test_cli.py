@@ -220,3 +220,16 @@ def test_a_closed_stdout_ends_the_command_quietly(argv: list[str], tmp_path: Pat
     error = process.stderr.read().decode()
     assert process.wait(timeout=60) == CLOSED_PIPE == 141
     assert error == ""
+
+
+@pytest.mark.parametrize("name", ["backup.jsonl", "backup.jsonl.gz"])
+async def test_a_failed_export_leaves_the_file_it_would_replace(tmp_path: Path, name: str) -> None:
+    """The export is written beside its file and renamed over it when complete: one that
+    fails (here a database never migrated) leaves yesterday's export whole, and no
+    temporary file behind."""
+    kept = tmp_path / name
+    kept.write_bytes(b"yesterday's export")
+    never_migrated = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    assert await run(["export", "--dsn", never_migrated, "-o", str(kept)]) == 2
+    assert kept.read_bytes() == b"yesterday's export"
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []

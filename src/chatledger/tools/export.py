@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -322,10 +325,33 @@ async def export(
         await ledger.close()
 
 
-def open_output(path: str | None) -> TextIO:
-    """The export's destination: a file (gzip-compressed when it ends in ``.gz``), or stdout."""
+@contextlib.contextmanager
+def open_output(path: str | None) -> Iterator[TextIO]:
+    """The export's destination: a file (gzip-compressed when it ends in ``.gz``), or
+    stdout (``None``, ``-``).
+
+    A file is written beside ``path`` under a temporary name and renamed over it only
+    when the block ends without an error, so a failed export (a wrong DSN, a database
+    lost midway, Ctrl-C) leaves a file already at ``path`` as it was, not truncated.
+    The new file gets the permissions a new file would (the umask's).
+    """
     if path is None or path == "-":
-        return sys.stdout
-    if path.endswith(".gz"):
-        return gzip.open(path, "wt", encoding="utf-8", newline="\n")
-    return open(path, "w", encoding="utf-8", newline="\n")
+        yield sys.stdout
+        return
+    target = Path(path)
+    descriptor, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(descriptor)
+    temporary = Path(name)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        temporary.chmod(0o666 & ~umask)
+        with contextlib.ExitStack() as stack:
+            if path.endswith(".gz"):
+                opened = stack.enter_context(gzip.open(temporary, "wt", encoding="utf-8", newline="\n"))
+            else:
+                opened = stack.enter_context(open(temporary, "w", encoding="utf-8", newline="\n"))
+            yield opened
+        temporary.replace(target)
+    finally:
+        temporary.unlink(missing_ok=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich.console import Console
@@ -30,12 +29,8 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
 
     # The data may go to stdout: progress and messages go to stderr then.
     messages = console if args.output not in (None, "-") else Console(stderr=True, highlight=False)
-    output = open_output(args.output)
-    try:
+    with open_output(args.output) as output:
         counts = await export(args.dsn, output, ids=args.session, console=messages)
-    finally:
-        if output is not sys.stdout:
-            output.close()
     say(
         messages,
         f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
