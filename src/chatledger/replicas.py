@@ -166,7 +166,7 @@ class ReplicaReads:
             # psycopg: set on the connection inside the block (Backend.characteristics_await).
             async with (replica.engine if characteristics_await else replica.reader).connect() as conn:
                 if characteristics_await:
-                    await conn.execution_options(**replica.backend.snapshot_read)
+                    await dialects.set_characteristics(conn, replica.backend.snapshot_read)
                 if position is not None:
                     began = time.monotonic()
                     applied = await replication.wait(conn, position, bound)

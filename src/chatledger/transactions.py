@@ -359,7 +359,7 @@ class Transactions:
                     # Set here, not as the engine's option (applied while connecting): a
                     # cancellation while the driver sets it (psycopg awaits) still gives
                     # the connection back, and the pool resets it.
-                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await dialects.set_characteristics(conn, {"isolation_level": "AUTOCOMMIT"})
                     # The statement commits itself: once sent, its outcome is the COMMIT's
                     # (unless the driver knows its connection closed: then it sends nothing).
                     raw = await conn.get_raw_connection()
@@ -371,7 +371,7 @@ class Transactions:
                 return result
             async with engine.connect() as conn:
                 if characteristics:
-                    await conn.execution_options(**characteristics)
+                    await dialects.set_characteristics(conn, characteristics)
                 async with conn.begin():
                     if self.foreign:  # after the engine's own begin listeners
                         await self.backend.foreign_begin(conn)

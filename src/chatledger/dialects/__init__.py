@@ -59,6 +59,7 @@ from .engines import (
     configure_engine,
     create_engine,
     merge_connect_args,
+    set_characteristics,
     skips_reset,
 )
 from .migrations import (
@@ -126,5 +127,6 @@ __all__ = [
     "register",
     "registered",
     "release_cancelled_statements",
+    "set_characteristics",
     "skips_reset",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState
 
 from ..errors import missing_extra
@@ -190,3 +190,21 @@ def adopt_engine(engine: AsyncEngine) -> tuple[AsyncEngine, Backend]:
     view = engine.execution_options()
     backend.add_listeners(view)
     return view, backend
+
+
+async def set_characteristics(conn: AsyncConnection, options: Mapping[str, Any]) -> None:
+    """``conn.execution_options(**options)`` on a connection just checked out, for a
+    driver that awaits to set them (:attr:`Backend.characteristics_await`).
+
+    SQLAlchemy sets them one by one and registers the reset that undoes them at
+    check-in only once all are set; psycopg may yield to the event loop after a setter
+    ran. A failure or cancellation midway therefore soft-invalidates the connection: it
+    is replaced at its next checkout, never reused half set (an isolation level or
+    read-only leaking into the next write, or autocommit into a transaction).
+    """
+    try:
+        await conn.execution_options(**options)
+    except BaseException:
+        if conn.sync_connection is not None:
+            conn.sync_connection.connection.invalidate(soft=True)
+        raise

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
-import os
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from rich.console import Console
 from sqlalchemy import Select, Table, func, select, tuple_
@@ -330,28 +328,48 @@ def open_output(path: str | None) -> Iterator[TextIO]:
     """The export's destination: a file (gzip-compressed when it ends in ``.gz``), or
     stdout (``None``, ``-``).
 
-    A file is written beside ``path`` under a temporary name and renamed over it only
-    when the block ends without an error, so a failed export (a wrong DSN, a database
-    lost midway, Ctrl-C) leaves a file already at ``path`` as it was, not truncated.
-    The new file gets the permissions a new file would (the umask's).
+    The file is opened (created or truncated) at the export's first write, after the
+    database was reached and its schema checked: an export refused there (a wrong DSN,
+    a database not migrated) leaves a file already at ``path`` as it was. One that
+    fails later has truncated it, as a shell's ``>`` would.
     """
     if path is None or path == "-":
         yield sys.stdout
         return
-    target = Path(path)
-    descriptor, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(descriptor)
-    temporary = Path(name)
+
+    def opened() -> TextIO:
+        if path.endswith(".gz"):
+            return gzip.open(path, "wt", encoding="utf-8", newline="\n")
+        return open(path, "w", encoding="utf-8", newline="\n")
+
+    deferred = _OpenedOnWrite(opened)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        temporary.chmod(0o666 & ~umask)
-        with contextlib.ExitStack() as stack:
-            if path.endswith(".gz"):
-                opened = stack.enter_context(gzip.open(temporary, "wt", encoding="utf-8", newline="\n"))
-            else:
-                opened = stack.enter_context(open(temporary, "w", encoding="utf-8", newline="\n"))
-            yield opened
-        temporary.replace(target)
+        yield cast(TextIO, deferred)
     finally:
-        temporary.unlink(missing_ok=True)
+        deferred.close()
+
+
+class _OpenedOnWrite(io.TextIOBase):
+    """A text file opened by ``opened`` at its first write (see :func:`open_output`)."""
+
+    def __init__(self, opened: Callable[[], TextIO]) -> None:
+        super().__init__()
+        self._opened = opened
+        self._file: TextIO | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self._file is None:
+            self._file = self._opened()
+        return self._file.write(text)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        super().close()  # flushes first
+        if self._file is not None:
+            self._file.close()
