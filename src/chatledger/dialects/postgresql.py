@@ -53,17 +53,25 @@ from .base import (
 )
 from .migrations import SchemaLockTimeout, lock_tables, migration_busy
 
-_POSTGRESQL_APPEND = (
-    raw_messages_table.insert()
-    .from_select(
-        [*MESSAGE_COLUMNS, "sequence"],
-        select(
-            *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
-            (counter := counter_upsert(postgresql.insert, func.greatest).cte("counter")).c.last_sequence,
-        ),
+
+def _fed_insert(counter: Any) -> Any:
+    """``WITH counter AS (<counter>) INSERT INTO raw_messages .. SELECT .., last_sequence
+    FROM counter RETURNING sequence``: the message inserted with the sequence the
+    counter row's statement returned, and nothing when it returned no row."""
+    return (
+        raw_messages_table.insert()
+        .from_select(
+            [*MESSAGE_COLUMNS, "sequence"],
+            select(
+                *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
+                counter.cte("counter").c.last_sequence,
+            ),
+        )
+        .returning(raw_messages_table.c.sequence)
     )
-    .returning(raw_messages_table.c.sequence)
-)
+
+
+_POSTGRESQL_APPEND = _fed_insert(counter_upsert(postgresql.insert, func.greatest))
 
 
 async def _append_postgresql(
@@ -77,17 +85,7 @@ async def _append_postgresql(
     return sequence
 
 
-_POSTGRESQL_SINGLE_APPEND = (
-    raw_messages_table.insert()
-    .from_select(
-        [*MESSAGE_COLUMNS, "sequence"],
-        select(
-            *(bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS),
-            (advance := counter_advance(func.greatest).cte("counter")).c.last_sequence,
-        ),
-    )
-    .returning(raw_messages_table.c.sequence)
-)
+_POSTGRESQL_SINGLE_APPEND = _fed_insert(counter_advance(func.greatest))
 
 
 async def _single_append_postgresql(
