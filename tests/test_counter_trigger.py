@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from zett_agent.messages import UserMessage
 
-from chatledger.migrate import upgrade_database
+from chatledger.migrate import head_revision, upgrade_database
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
@@ -84,7 +84,7 @@ async def test_a_schema_without_the_trigger_keeps_the_counter_upsert(
     database: Database, tmp_path: Path
 ) -> None:
     async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url) == "0007"
+        assert await upgrade_database(url) == head_revision()
         await execute(url, "DROP TRIGGER raw_messages_counter")
         async with LedgerSessionStorage(url) as storage:
             for sequence in (1, 2, 3):

@@ -36,7 +36,7 @@ from zett_agent.storage import SQLSessionStorage
 from chatledger import ChatledgerError, ConstraintViolation, CorruptData
 from chatledger.dsn import DSN_ENV
 from chatledger.integrity import REPAIR, REPAIR_DELETED
-from chatledger.migrate import downgrade_database, upgrade_database
+from chatledger.migrate import downgrade_database, head_revision, upgrade_database
 from chatledger.schema import raw_messages_table
 from chatledger.tools.adopt import adopt
 from chatledger.tools.cli import CHECK_PAST_COUNTER, run
@@ -89,7 +89,7 @@ async def adopted(database: Database, tmp_path: Path) -> AsyncIterator[tuple[URL
             finally:
                 await zett.close()
         if follows:
-            assert await upgrade_database(url) == "0007"
+            assert await upgrade_database(url) == head_revision()
         yield url, ids
 
 

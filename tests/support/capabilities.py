@@ -54,7 +54,12 @@ CAPABILITIES: dict[str, Capability] = {
     "counter_trigger": only_on(
         "sqlite",
         lacking="revision 0007's counter trigger is SQLite's; PostgreSQL's append is one statement "
-        "without it, MySQL/MariaDB's counter upsert needs none",
+        "without it, MySQL/MariaDB's one CALL of revision 0008's procedure",
+    ),
+    "append_procedure": only_on(
+        "mysql",
+        lacking="revision 0008's append procedure is MySQL/MariaDB's; PostgreSQL and SQLite append "
+        "in one statement without it",
     ),
     "get_lock": only_on(
         "mysql", lacking="GET_LOCK is MySQL's schema lock; PostgreSQL and SQLite lock otherwise"

@@ -495,7 +495,8 @@ async def ledger_state(storage: object, session_id: str) -> LedgerState:
 
 #: Points where a ``hang`` writer stops inside its append transaction: right after
 #: the statement that advances the counter row (on PostgreSQL the one statement of
-#: the append, on MySQL and SQLite before the message insert), and right before COMMIT.
+#: the append, on SQLite before the message insert, on MySQL the procedure's ``CALL``
+#: or, before revision 0008, the counter upsert), and right before COMMIT.
 #: Where the append is one statement that commits itself (``ledger.single_append``),
 #: it has no such points: the writer gives it a title to set, which takes the
 #: transaction.
@@ -525,7 +526,9 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
             @event.listens_for(engine, "after_cursor_execute")
             def _after(conn: Connection, cursor: object, statement: str, *args: object) -> None:
                 in_transaction = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
-                if in_transaction and "agent_sessions" in statement and "INSERT" in statement.upper():
+                words = statement.upper().split()
+                advances = "INSERT" in words and "agent_sessions" in statement
+                if in_transaction and (advances or words[:1] == ["CALL"]):
                     _stop_here()
 
         elif point == "before-commit":

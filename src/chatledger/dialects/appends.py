@@ -16,7 +16,7 @@ from ..schema import raw_messages_table, rein_sessions_table, sessions_table
 
 #: The counter row's columns an append binds (``s_<name>`` parameters); the rest start
 #: at constants: the first append is sequence 1, no checkpoint, fields version 1.
-_SESSION_BINDS = (
+SESSION_BINDS = (
     "id",
     "parent_session_id",
     "title",
@@ -40,7 +40,7 @@ def session_row(insert: Callable[..., Any], last_sequence: Any = None) -> Any:
     """``INSERT INTO agent_sessions`` of a new counter row, its values bound as ``s_<name>``."""
     table = sessions_table
     values: dict[str, Any] = {
-        name: bindparam(f"s_{name}", type_=table.c[name].type) for name in _SESSION_BINDS
+        name: bindparam(f"s_{name}", type_=table.c[name].type) for name in SESSION_BINDS
     }
     values.update(_SESSION_START)
     if last_sequence is not None:
@@ -99,7 +99,7 @@ def counter_upsert(insert: Callable[..., Any], greatest: Callable[..., Any]) -> 
 
 
 #: (parameter, value's key) of an append's parameters, named once rather than per call.
-_SESSION_PARAMS = tuple((f"s_{name}", name) for name in _SESSION_BINDS)
+_SESSION_PARAMS = tuple((f"s_{name}", name) for name in SESSION_BINDS)
 _MESSAGE_PARAMS = tuple((f"m_{name}", name) for name in MESSAGE_COLUMNS)
 
 

@@ -326,14 +326,17 @@ class Backend:
     #: where a transaction costs three (``BEGIN``, the statement, ``COMMIT``). ``None``:
     #: the backend has none.
     single_append: Appender | None = None
-    #: The append on a schema whose trigger moves the counter row along with the raw
-    #: log (:attr:`counter_trigger_query` finds it): one statement where it can, else
-    #: :attr:`append_message`'s. ``None``: the backend has no such trigger.
+    #: The append on a schema with the routine that serves it (SQLite: revision 0007's
+    #: trigger, which moves the counter row along with the raw log; MySQL: revision
+    #: 0008's procedure), found by :attr:`append_routine_probe`: one statement where it
+    #: can, else :attr:`append_message`'s. ``None``: the backend has no such routine.
     counted_append: Appender | None = None
-    #: Counts (0 or 1) the schema's trigger :attr:`counted_append` needs, read once per
-    #: ledger at its schema check; the schema of an older revision has none, and the
-    #: ledger keeps :attr:`append_message` on it.
-    counter_trigger_query: str | None = None
+    #: A statement that returns a row when the schema has the routine
+    #: :attr:`counted_append` needs and the login may use it, run once per ledger at its
+    #: schema check; no row, or a refusal (a routine missing, or not the login's to
+    #: call), and the ledger keeps :attr:`append_message`: the schema of an older
+    #: revision, or on MySQL a login without ``EXECUTE``.
+    append_routine_probe: str | None = None
     #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)
     #: to keep the database's triggers: SQLite drops a table's triggers with it, and
     #: refuses to rename a table while a trigger names one that is missing.

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..errors import ConfigurationError
 from ..options import LedgerOptions
-from ..schema import rein_sessions_table, sessions_table
-from .appends import MESSAGE_INSERT, append_params, field_updates, session_row
+from ..schema import raw_messages_table, rein_sessions_table, sessions_table
+from .appends import MESSAGE_COLUMNS, MESSAGE_INSERT, SESSION_BINDS, append_params, field_updates, session_row
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
@@ -91,6 +91,45 @@ async def _append_mysql(
         return None
     await conn.execute(MESSAGE_INSERT, {**params, "sequence": sequence})
     return int(sequence)
+
+
+#: Revision 0008's procedure: the counter upsert and the insert in one statement.
+_APPEND_PROCEDURE = "chatledger_append"
+
+
+def _procedure_call() -> Any:
+    """``CALL chatledger_append(:s_id, .., :m_updated_at)``: the parameters of
+    :func:`append_params`, in the procedure's order, each bound with its column's type."""
+    parameters = [bindparam(f"s_{name}", type_=sessions_table.c[name].type) for name in SESSION_BINDS] + [
+        bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS
+    ]
+    names = ", ".join(f":{parameter.key}" for parameter in parameters)
+    return text(f"CALL {_APPEND_PROCEDURE}({names})").bindparams(*parameters)
+
+
+_PROCEDURE_CALL = _procedure_call()
+
+
+async def _append_mysql_called(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """MySQL/MariaDB with revision 0008's procedure: :func:`_append_mysql`'s two
+    statements in one ``CALL``, in the caller's transaction, its one row the sequence
+    (``NULL``: refused, nothing inserted). That row is the procedure's last statement,
+    so a failure of either statement is this call's error; the call's closing status,
+    which follows it, is read before the next statement is sent (the ``COMMIT``)."""
+    result = await conn.execute(_PROCEDURE_CALL, append_params(values, row, now))
+    sequence = result.scalar_one()
+    return None if sequence is None else int(sequence)
+
+
+#: The procedure's probe: with a ``NULL`` session id it returns one row and does nothing
+#: else. It is refused when the procedure is missing or the login may not call it
+#: (``information_schema.ROUTINES`` is no test of that: it also lists a routine to its
+#: definer and to logins with ``CREATE ROUTINE``, ``ALTER ROUTINE`` or a global ``SELECT``).
+_APPEND_PROCEDURE_PROBE = (
+    f"CALL {_APPEND_PROCEDURE}({', '.join(['NULL'] * (len(SESSION_BINDS) + len(MESSAGE_COLUMNS)))})"
+)
 
 
 async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
@@ -185,7 +224,7 @@ def _check_foreign_mysql(conn: Connection) -> None:
 _PRIVILEGE_HINT_MYSQL = (
     "the user {user} lacks a privilege the runtime role needs; grant it as an admin "
     '(docs/deploying.md, "Two roles: owner and runtime"): '
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'%'; "
+    "GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{database}`.* TO '{user}'@'%'; "
     "with grants per table, chatledger's bookkeeping tables need it too: "
     "GRANT SELECT ON `{database}`.chatledger_alembic_version TO '{user}'@'%'; "
     "GRANT SELECT ON `{database}`.chatledger_compatibility TO '{user}'@'%';"
@@ -267,7 +306,10 @@ def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
     # online: 0 is a timeout, NULL an error, such as no database selected): the second
     # row then makes the scalar subquery an error ("Subquery returns more than 1 row"),
     # and the client stops before the first change. <=> compares NULL as a value.
+    # SET NAMES first: the client's own character set is recorded with the routines the
+    # script creates (revision 0008's procedure), as utf8mb4 is online.
     return (
+        "SET NAMES utf8mb4;",
         f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE NOT (GET_LOCK({_MYSQL_LOCK_NAME}, "
         f"{max(1, math.ceil(lock_timeout))}) <=> 1)) AS chatledger_schema_lock;",
     )
@@ -457,6 +499,8 @@ AIOMYSQL = Backend(
     column_collations=_column_collations_mysql,
     table_collation=_table_collation_mysql,
     append_message=_append_mysql,
+    counted_append=_append_mysql_called,
+    append_routine_probe=_APPEND_PROCEDURE_PROBE,
     save_rein_session=_save_rein_mysql,
     greatest=func.greatest,
     # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed
@@ -506,7 +550,11 @@ AIOMYSQL = Backend(
     transaction_open_exact=False,
     # ER_NET_PACKET_TOO_LARGE
     too_large_codes=frozenset({1153}),
-    schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
+    # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE; ER_SP_DOES_NOT_EXIST and
+    # ER_PROCACCESS_DENIED_ERROR: revision 0008's procedure dropped, or EXECUTE revoked,
+    # since the schema check (the CALL ran nothing): the next call checks again, and
+    # appends with the two statements.
+    schema_codes=frozenset({1054, 1146, 1305, 1370}),
     missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
     galera=True,
     migration_transaction=_migration_transaction_mysql,

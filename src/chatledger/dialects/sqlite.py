@@ -117,7 +117,7 @@ async def _append_sqlite_counted(
 
 #: Whether the schema has revision 0007's counter trigger (read once per ledger).
 _COUNTER_TRIGGER_SQLITE = (
-    "SELECT count(*) FROM sqlite_master "
+    "SELECT 1 FROM sqlite_master "
     f"WHERE type = 'trigger' AND name = '{_COUNTER_TRIGGER}' AND tbl_name = 'raw_messages'"
 )
 
@@ -452,7 +452,7 @@ AIOSQLITE = Backend(
     resolve_dsn=_resolve_dsn,
     append_message=_append_sqlite,
     counted_append=_append_sqlite_counted,
-    counter_trigger_query=_COUNTER_TRIGGER_SQLITE,
+    append_routine_probe=_COUNTER_TRIGGER_SQLITE,
     rebuild_triggers=_rebuild_triggers_sqlite,
     save_rein_session=_save_rein_sqlite,
     greatest=func.max,

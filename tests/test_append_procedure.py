@@ -1,0 +1,190 @@
+"""Revision 0008's append procedure (MySQL/MariaDB): the append in one ``CALL``.
+
+* Its parameters are the append's, in the order the code binds them.
+* Code of revision 0007, which runs the counter upsert and the insert itself,
+  appending concurrently with this code's ``CALL`` to the same sessions: every
+  session's log runs 1, 2, 3... with its counter at the last.
+* A refused append (another parent, a tombstone) through the procedure leaves the
+  counter row as it was: its upsert rolls back with the transaction.
+* A login without ``EXECUTE`` appends with the two statements, even one that sees the
+  procedure (``CREATE ROUTINE``, ``ALTER ROUTINE``); one granted it, with the
+  ``CALL``; one whose ``EXECUTE`` is revoked while it runs fails one append with
+  ``SchemaNotReady``, writing nothing, and appends with the two statements after.
+* A procedure dropped after the ledger's schema check: that append fails with
+  ``SchemaNotReady``, writing nothing, and the next appends with the two statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select
+from sqlalchemy.engine import URL
+from zett_agent.messages import UserMessage
+
+from chatledger import SchemaNotReady, SessionDeleted
+from chatledger.dialects.appends import MESSAGE_COLUMNS, SESSION_BINDS
+from chatledger.migrate import head_revision, upgrade_database
+from chatledger.schema import sessions_table
+from chatledger.tools.cli import run
+from chatledger.zett import LedgerSessionStorage
+
+from .conftest import Database
+from .support.facts import logins_of
+from .support.schema_helpers import MIGRATIONS, dsn_of, execute, fresh_database
+
+SESSIONS = 3
+APPENDS = 12  # per writer and session
+
+
+def test_the_procedure_takes_the_append_parameters_in_order() -> None:
+    (path,) = (MIGRATIONS / "versions").glob("0008_*.py")
+    spec = importlib.util.spec_from_file_location("revision_0008", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert [name for name, _ in module.SESSION_PARAMETERS] == list(SESSION_BINDS)
+    assert [name for name, _ in module.MESSAGE_PARAMETERS] == list(MESSAGE_COLUMNS)
+
+
+async def _gap_free(storage: LedgerSessionStorage, session_id: str, count: int) -> None:
+    raw = await storage.list_raw_messages(session_id, limit=10**6)
+    assert [record.sequence for record in raw] == list(range(1, count + 1))
+    assert await storage.count_messages(session_id) == count
+
+
+@pytest.mark.requires("append_procedure")
+async def test_old_and_new_appends_mixed_stay_gap_free(database: Database) -> None:
+    async with LedgerSessionStorage(database.url) as new, LedgerSessionStorage(database.url) as old:
+        await new.ledger.ensure_ready()
+        await old.ledger.ensure_ready()
+        backend = new.ledger.backend
+        assert new.ledger.append_message is backend.counted_append
+        # Code of revision 0007: the counter upsert, then the insert.
+        old.ledger.readiness.append_message = backend.append_message
+        ids = [f"mixed-{uuid.uuid4().hex[:8]}-{number}" for number in range(SESSIONS)]
+
+        async def writer(storage: LedgerSessionStorage, name: str, session_id: str) -> list[int]:
+            return [
+                await storage.append(
+                    session_id, name, UserMessage(content=f"{name} {number}"), title=f"{name} {number % 3}"
+                )
+                for number in range(APPENDS)
+            ]
+
+        written = await asyncio.gather(
+            *(writer(storage, name, id) for id in ids for storage, name in ((new, "new"), (old, "old")))
+        )
+        for number, id in enumerate(ids):
+            both = written[2 * number] + written[2 * number + 1]
+            assert sorted(both) == list(range(1, 2 * APPENDS + 1))
+            await _gap_free(new, id, 2 * APPENDS)
+            assert await old.append(id, "old", UserMessage(content="last old")) == 2 * APPENDS + 1
+            assert await new.append(id, "new", UserMessage(content="last new")) == 2 * APPENDS + 2
+    assert await run(["check", "--dsn", dsn_of(database.url)]) == 0
+
+
+@pytest.mark.requires("append_procedure")
+async def test_a_refused_append_leaves_the_counter_row_as_it_was(database: Database) -> None:
+    parent, child, gone = (f"refused-{uuid.uuid4().hex[:8]}-{name}" for name in ("p", "c", "g"))
+    async with LedgerSessionStorage(database.url) as storage:
+        assert await storage.append(parent, "r", UserMessage(content="parent")) == 1
+        assert await storage.append(child, "r", UserMessage(content="one"), parent_session_id=parent) == 1
+        assert await storage.append(gone, "r", UserMessage(content="one"), title="kept") == 1
+        assert storage.ledger.append_message is storage.ledger.backend.counted_append
+        assert await storage.delete_session(gone) is True
+
+        async def rows() -> list[Any]:
+            async def read(conn: Any) -> list[Any]:
+                return list(
+                    (
+                        await conn.execute(
+                            select(sessions_table).where(sessions_table.c.id.in_([child, gone]))
+                        )
+                    ).all()
+                )
+
+            return await storage.ledger.read(read)
+
+        before = await rows()
+        with pytest.raises(ValueError, match="parent"):
+            await storage.append(child, "r", UserMessage(content="x"), title="new", parent_session_id=None)
+        with pytest.raises(SessionDeleted):
+            await storage.append(gone, "r", UserMessage(content="x"), title="changed")
+        assert await rows() == before
+        await _gap_free(storage, child, 1)
+
+
+def _record_statements(storage: LedgerSessionStorage) -> list[str]:
+    sent: list[str] = []
+
+    @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
+    def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    return sent
+
+
+@pytest.mark.requires("append_procedure")
+# Each but the first makes the procedure visible in information_schema.ROUTINES to a
+# login that still may not call it.
+@pytest.mark.parametrize("more", ["", ", CREATE ROUTINE", ", ALTER ROUTINE"])
+async def test_a_login_without_execute_appends_with_two_statements(database: Database, more: str) -> None:
+    assert database.server is not None
+    logins = logins_of(database.backend)
+    name, password = f"cl_noexec_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    on, login_name = f"ON `{database.url.database}`.*", f"'{name}'@'%'"
+    await database.server.execute(logins.create.format(name=name, password=password))
+    try:
+        await database.server.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE{more} {on} TO {login_name}")
+        login = database.url.set(username=name, password=password)
+        session = f"noexec-{uuid.uuid4().hex[:8]}"
+        async with LedgerSessionStorage(login) as storage:
+            await storage.ledger.ensure_ready()
+            sent = _record_statements(storage)
+            assert await storage.append(session, "r", UserMessage(content="one")) == 1
+            assert storage.ledger.append_message is storage.ledger.backend.append_message
+            assert sent and not [statement for statement in sent if statement.startswith("CALL")]
+        await database.server.execute(f"GRANT EXECUTE {on} TO {login_name}")
+        async with LedgerSessionStorage(login) as storage:
+            assert await storage.append(session, "r", UserMessage(content="two")) == 2
+            assert storage.ledger.append_message is storage.ledger.backend.counted_append
+            # EXECUTE revoked under the running ledger: one append fails, writing
+            # nothing; the next checks again and appends with the two statements.
+            await database.server.execute(f"REVOKE EXECUTE {on} FROM {login_name}")
+            # A database-level grant changes for a connection at its next USE: new ones.
+            await storage.ledger.engine.dispose()
+            with pytest.raises(SchemaNotReady, match="nothing was written"):
+                await storage.append(session, "r", UserMessage(content="lost"))
+            assert await storage.append(session, "r", UserMessage(content="three")) == 3
+            assert storage.ledger.append_message is storage.ledger.backend.append_message
+            await _gap_free(storage, session, 3)
+    finally:
+        await database.server.execute(logins.drop.format(name=name))
+
+
+@pytest.mark.requires("append_procedure")
+async def test_a_procedure_dropped_after_the_check_fails_one_append_writing_nothing(
+    database: Database, tmp_path: Path
+) -> None:
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        async with LedgerSessionStorage(url) as storage:
+            await _append_after_the_drop(storage, url)
+
+
+async def _append_after_the_drop(storage: LedgerSessionStorage, url: URL) -> None:
+    assert await storage.append("dropped", "r", UserMessage(content="one")) == 1
+    assert storage.ledger.append_message is storage.ledger.backend.counted_append
+    await execute(url, "DROP PROCEDURE chatledger_append")
+    with pytest.raises(SchemaNotReady, match="nothing was written"):
+        await storage.append("dropped", "r", UserMessage(content="lost"))
+    for sequence in (2, 3):
+        assert await storage.append("dropped", "r", UserMessage(content="more")) == sequence
+    assert storage.ledger.append_message is storage.ledger.backend.append_message
+    await _gap_free(storage, "dropped", 3)
