@@ -4,7 +4,8 @@ Two roles, as the README sets them up (the statements below are the README's):
 
 * the **owner** role owns the database and runs the migrations (DDL);
 * the **runtime** role, the one services connect as, has only SELECT, INSERT,
-  UPDATE and DELETE on the tables, and no DDL; of chatledger's own version and
+  UPDATE and DELETE on the tables (and on MySQL/MariaDB EXECUTE, for revision 0008's
+  append procedure), and no DDL; of chatledger's own version and
   compatibility tables it only reads (on PostgreSQL it is narrowed to SELECT there).
 
 On PostgreSQL and MariaDB: the runtime role serves every call of the storage (and
@@ -119,7 +120,9 @@ async def _deploy_mysql(server: Server, database: str, owner: str, runtime: str)
     await server.execute(f"CREATE USER '{owner}'@'%' IDENTIFIED BY '{owner_password}'")
     await server.execute(f"CREATE USER '{runtime}'@'%' IDENTIFIED BY '{runtime_password}'")
     await server.execute(f"GRANT ALL PRIVILEGES ON `{database}`.* TO '{owner}'@'%'")
-    await server.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{runtime}'@'%'")
+    await server.execute(
+        f"GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON `{database}`.* TO '{runtime}'@'%'"
+    )
     admin = server.database_url(database)
     return Deployment(
         "mysql",
@@ -202,6 +205,9 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
         assert await storage.append(session, "r1", AssistantMessage(content="two")) == 2
         assert await storage.append(session, "r2", UserMessage(content="three")) == 3
         assert await storage.append(child, "r3", UserMessage(content="child"), parent_session_id=session) == 1
+        # The README's grants let it call the backend's append routine (MySQL's procedure).
+        counted = storage.ledger.backend.counted_append
+        assert counted is None or storage.ledger.append_message is counted
         checkpoint = await storage.snapshot(session, CompactedMessage(content="one and two"), 2, 0)
         assert checkpoint.version == 1
         view = await storage.load(session)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import adoption, dialects, migrate
 from .dsn import as_argument, display
@@ -50,7 +51,8 @@ class Readiness:
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.backend.statement_limit
         #: The append this ledger runs: the backend's one-statement append once the check
-        #: found the counter trigger it needs (revision 0007), else the counter upsert's.
+        #: found the routine it needs (SQLite: revision 0007's counter trigger; MySQL:
+        #: revision 0008's procedure, which the login may call), else the counter upsert's.
         self.append_message = self.backend.append_message
 
     async def ensure_ready(self, transactions: Transactions) -> None:
@@ -101,10 +103,10 @@ class Readiness:
             if query is not None:
                 limit = await transactions.run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
-            trigger_query, counted = self.backend.counter_trigger_query, self.backend.counted_append
-            if trigger_query is not None and counted is not None:
-                found = await transactions.run(lambda conn: conn.scalar(text(trigger_query)), ready=False)
-                self.append_message = counted if found else self.backend.append_message
+            probe, counted = self.backend.append_routine_probe, self.backend.counted_append
+            if probe is not None and counted is not None:
+                usable = await transactions.run(lambda conn: self._routine_usable(conn, probe), ready=False)
+                self.append_message = counted if usable else self.backend.append_message
             level_query = self.backend.write_isolation_query
             if level_query is not None:
                 level = await transactions.run(
@@ -114,6 +116,26 @@ class Readiness:
                 if instead is not None:
                     self.connections.write_at(instead)
             self.ready = True
+
+    async def _routine_usable(self, conn: AsyncConnection, probe: str) -> bool:
+        """Whether ``probe`` (:attr:`Backend.append_routine_probe`) returns a row. A refusal
+        says the routine is missing or not the login's to call: the append keeps its
+        statements (logged once per check). A transient failure or a lost connection is
+        raised, and the check retried."""
+        try:
+            return (await conn.execute(text(probe))).first() is not None
+        except DBAPIError as error:
+            if dialects.classify(self.backend, error) in (
+                dialects.Failure.TRANSIENT,
+                dialects.Failure.CONNECTION,
+            ):
+                raise
+            logger.info(
+                "%s: the append routine is not usable by this login, so appends take the longer form (%s)",
+                display(self.url),
+                error.orig,
+            )
+            return False
 
     async def _read_state(self, transactions: Transactions) -> tuple[migrate.SchemaState, str | None]:
         """The schema state, and for a database without a chatledger revision the advice

@@ -399,7 +399,8 @@ class Transactions:
                 self.readiness.ready = False
                 dsn = as_argument(self.url)
                 raise SchemaNotReady(
-                    f"database {display(self.url)} lacks a table or column this chatledger uses, "
+                    f"database {display(self.url)} lacks a table or column this chatledger uses (or a "
+                    "routine this login may call), "
                     f"so its schema is not the one revision {migrate.head_revision()} creates (an "
                     "older or hand-made schema, or one changed by hand); nothing was written. Run "
                     f"`chatledger check --dsn {dsn}` to see where it stands, then `chatledger upgrade "
