@@ -12,6 +12,8 @@
   ``SchemaNotReady``, writing nothing, and appends with the two statements after.
 * A procedure dropped after the ledger's schema check: that append fails with
   ``SchemaNotReady``, writing nothing, and the next appends with the two statements.
+* A failure reported after the procedure's row, in the call's closing status (a Galera
+  certification abort, a connection killed): the append is retried, once written.
 """
 
 from __future__ import annotations
@@ -42,12 +44,17 @@ SESSIONS = 3
 APPENDS = 12  # per writer and session
 
 
-def test_the_procedure_takes_the_append_parameters_in_order() -> None:
+def _revision_0008() -> Any:
     (path,) = (MIGRATIONS / "versions").glob("0008_*.py")
     spec = importlib.util.spec_from_file_location("revision_0008", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_procedure_takes_the_append_parameters_in_order() -> None:
+    module = _revision_0008()
     assert [name for name, _ in module.SESSION_PARAMETERS] == list(SESSION_BINDS)
     assert [name for name, _ in module.MESSAGE_PARAMETERS] == list(MESSAGE_COLUMNS)
 
@@ -188,3 +195,47 @@ async def _append_after_the_drop(storage: LedgerSessionStorage, url: URL) -> Non
         assert await storage.append("dropped", "r", UserMessage(content="more")) == sequence
     assert storage.ledger.append_message is storage.ledger.backend.append_message
     await _gap_free(storage, "dropped", 3)
+
+
+#: What fails an append once, after the procedure has sent its row: what Galera reports
+#: for a transaction its certification aborted, and the server ending the connection.
+AFTER_THE_ROW = {
+    "certification": "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'aborted (test)'",
+    "killed": "KILL CONNECTION_ID()",
+}
+
+
+@pytest.mark.requires("append_procedure")
+@pytest.mark.parametrize("failure", sorted(AFTER_THE_ROW))
+async def test_a_failure_after_the_procedure_row_is_retried(
+    database: Database, tmp_path: Path, failure: str
+) -> None:
+    module = _revision_0008()
+    names = ", ".join(
+        [f"s_{name}" for name, _ in module.SESSION_PARAMETERS]
+        + [f"m_{name}" for name, _ in module.MESSAGE_PARAMETERS]
+    )
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        # The real procedure under another name, called by one that then fails once:
+        # the flag table is MyISAM, so the rollback keeps its row.
+        await execute(
+            url,
+            "CREATE TABLE failed_once (done INTEGER) ENGINE=MyISAM",
+            module.APPEND_PROCEDURE.replace("chatledger_append(", "chatledger_append_real(", 1),
+            "DROP PROCEDURE chatledger_append",
+            f"""CREATE PROCEDURE chatledger_append({module._parameters()})
+            BEGIN
+              CALL chatledger_append_real({names});
+              IF s_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM failed_once) THEN
+                INSERT INTO failed_once VALUES (1);
+                {AFTER_THE_ROW[failure]};
+              END IF;
+            END""",
+        )
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("after", "r", UserMessage(content="one")) == 1
+            assert storage.ledger.append_message is storage.ledger.backend.counted_append
+            assert storage.ledger.retries == 1
+            assert await storage.append("after", "r", UserMessage(content="two")) == 2
+            await _gap_free(storage, "after", 2)

@@ -123,7 +123,7 @@ class Readiness:
         statements (logged once per check). A transient failure or a lost connection is
         raised, and the check retried."""
         try:
-            return (await conn.execute(text(probe))).first() is not None
+            return (await dialects.execute_call(conn, text(probe))).first() is not None
         except DBAPIError as error:
             if dialects.classify(self.backend, error) in (
                 dialects.Failure.TRANSIENT,

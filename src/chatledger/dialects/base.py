@@ -24,17 +24,18 @@ from __future__ import annotations
 import enum
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, DateTime, String, bindparam
-from sqlalchemy.engine import URL, Connection, Dialect
+from sqlalchemy.engine import URL, Connection, CursorResult, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
 
 from ..dsn import as_argument, display
@@ -166,6 +167,39 @@ def sync_connection(conn: AsyncConnection) -> Connection:
     if sync is None:  # pragma: no cover - only a closed AsyncConnection has none
         raise RuntimeError("the connection is closed")
     return sync
+
+
+async def execute_call(
+    conn: AsyncConnection, statement: Executable, params: Mapping[str, Any] | None = None
+) -> CursorResult[Any]:
+    """``conn.execute(statement, params)`` for a statement whose reply ends after its rows,
+    a ``CALL`` of a procedure that returns some (MySQL sends the call's own status last).
+
+    SQLAlchemy's async result reads what follows the rows when it closes the cursor
+    (``_async_soft_close``, SQLAlchemy 2.0.44 and later), outside its error handling: a
+    failure reported there (a Galera certification abort after the last row, a
+    connection lost) would reach the caller as the driver's own exception. It is raised
+    as :class:`sqlalchemy.exc.DBAPIError` instead, with the connection invalidated when
+    the dialect calls it a disconnect, as SQLAlchemy does for the statement itself.
+
+    :raises sqlalchemy.exc.DBAPIError: the statement's failure or its closing status'."""
+    try:
+        return await conn.execute(statement, params)
+    except SQLAlchemyError:
+        raise
+    except conn.dialect.loaded_dbapi.Error as error:
+        dialect = conn.dialect
+        disconnect = dialect.is_disconnect(error, None, None)
+        if disconnect:
+            await conn.invalidate(error)
+        raise DBAPIError.instance(
+            str(statement),
+            params,
+            error,
+            dialect.loaded_dbapi.Error,
+            connection_invalidated=disconnect,
+            dialect=dialect,
+        ) from error
 
 
 #: The ``chatledger_sqlite_begin`` mode of :attr:`Backend.first_write`: no ``BEGIN`` is

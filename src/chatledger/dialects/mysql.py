@@ -39,6 +39,7 @@ from .base import (
     Replication,
     StorageSize,
     backend,
+    execute_call,
     no_listeners,
     require_database,
 )
@@ -116,9 +117,10 @@ async def _append_mysql_called(
     """MySQL/MariaDB with revision 0008's procedure: :func:`_append_mysql`'s two
     statements in one ``CALL``, in the caller's transaction, its one row the sequence
     (``NULL``: refused, nothing inserted). That row is the procedure's last statement,
-    so a failure of either statement is this call's error; the call's closing status,
-    which follows it, is read before the next statement is sent (the ``COMMIT``)."""
-    result = await conn.execute(_PROCEDURE_CALL, append_params(values, row, now))
+    so a failure of either statement is this call's error; a failure reported in the
+    call's closing status, which follows the row (a Galera certification abort, a lost
+    connection), is too (:func:`execute_call`)."""
+    result = await execute_call(conn, _PROCEDURE_CALL, append_params(values, row, now))
     sequence = result.scalar_one()
     return None if sequence is None else int(sequence)
 
