@@ -6,6 +6,8 @@ a write set that conflicts with one certified first is rolled back with error
 
 - appends spread over the nodes are whole: no error, gap, duplicate or lost
   acknowledgement, every node holds the same rows;
+- the append keeps its two statements, never revision 0008's procedure (Galera's
+  abort of a transaction inside a stored procedure is not handled as for statements);
 - a snapshot race has exactly one winner cluster-wide;
 - reads are causal only with ``wsrep_sync_wait`` (set per connection by
   :func:`chatledger.dialects.configure_galera`): a load or list on any node sees
@@ -73,6 +75,13 @@ async def test_sync_wait_is_set_on_galera_connections(nodes: list[URL]) -> None:
     async with LedgerSessionStorage(nodes[2]) as storage:
         value = await storage.ledger.read(lambda conn: conn.scalar(text("SELECT @@session.wsrep_sync_wait")))
     assert int(value) & 1
+
+
+async def test_appends_keep_their_two_statements_on_galera(nodes: list[URL]) -> None:
+    async with LedgerSessionStorage(nodes[0]) as storage:
+        assert await storage.append(fresh_name("two"), "r", UserMessage(content="one")) == 1
+        assert storage.ledger.backend.counted_append is not None
+        assert storage.ledger.append_message is storage.ledger.backend.append_message
 
 
 async def test_appends_spread_over_the_nodes_are_whole(nodes: list[URL]) -> None:

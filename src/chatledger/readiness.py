@@ -103,9 +103,9 @@ class Readiness:
             if query is not None:
                 limit = await transactions.run(lambda conn: conn.scalar(text(query)), ready=False)
                 self.statement_limit = int(limit)
-            probe, counted = self.backend.append_routine_probe, self.backend.counted_append
-            if probe is not None and counted is not None:
-                usable = await transactions.run(lambda conn: self._routine_usable(conn, probe), ready=False)
+            check, counted = self.backend.append_routine_usable, self.backend.counted_append
+            if check is not None and counted is not None:
+                usable = await transactions.run(lambda conn: self._routine_usable(conn, check), ready=False)
                 self.append_message = counted if usable else self.backend.append_message
             level_query = self.backend.write_isolation_query
             if level_query is not None:
@@ -117,13 +117,13 @@ class Readiness:
                     self.connections.write_at(instead)
             self.ready = True
 
-    async def _routine_usable(self, conn: AsyncConnection, probe: str) -> bool:
-        """Whether ``probe`` (:attr:`Backend.append_routine_probe`) returns a row. A refusal
-        says the routine is missing or not the login's to call: the append keeps its
-        statements (logged once per check). A transient failure or a lost connection is
-        raised, and the check retried."""
+    async def _routine_usable(self, conn: AsyncConnection, check: dialects.RoutineCheck) -> bool:
+        """:attr:`Backend.append_routine_usable`'s answer. A refusal says the routine is
+        missing or not the login's to call: the append keeps its statements (logged once
+        per check). A transient failure or a lost connection is raised, and the check
+        retried."""
         try:
-            return (await dialects.execute_call(conn, text(probe))).first() is not None
+            return await check(conn)
         except DBAPIError as error:
             if dialects.classify(self.backend, error) in (
                 dialects.Failure.TRANSIENT,

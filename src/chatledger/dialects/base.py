@@ -69,6 +69,8 @@ Appender = Callable[[AsyncConnection, dict[str, Any], dict[str, Any], datetime],
 #: ``updated_at`` becomes the later of the stored and the given instant; ``created_at``
 #: is kept, but on a tombstone, where the save starts the id anew.
 ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | None]]
+#: Whether the routine :attr:`Backend.counted_append` needs is there for this login to use.
+RoutineCheck = Callable[[AsyncConnection], Awaitable[bool]]
 
 
 class Failure(enum.Enum):
@@ -362,15 +364,15 @@ class Backend:
     single_append: Appender | None = None
     #: The append on a schema with the routine that serves it (SQLite: revision 0007's
     #: trigger, which moves the counter row along with the raw log; MySQL: revision
-    #: 0008's procedure), found by :attr:`append_routine_probe`: one statement where it
+    #: 0008's procedure), found by :attr:`append_routine_usable`: one statement where it
     #: can, else :attr:`append_message`'s. ``None``: the backend has no such routine.
     counted_append: Appender | None = None
-    #: A statement that returns a row when the schema has the routine
-    #: :attr:`counted_append` needs and the login may use it, run once per ledger at its
-    #: schema check; no row, or a refusal (a routine missing, or not the login's to
-    #: call), and the ledger keeps :attr:`append_message`: the schema of an older
-    #: revision, or on MySQL a login without ``EXECUTE``.
-    append_routine_probe: str | None = None
+    #: Whether the schema has the routine :attr:`counted_append` needs and this ledger
+    #: may use it, asked once per ledger at its schema check; ``False``, or a refusal (a
+    #: routine missing, or not the login's to call), and the ledger keeps
+    #: :attr:`append_message`: the schema of an older revision, on MySQL a login without
+    #: ``EXECUTE`` or a Galera node.
+    append_routine_usable: RoutineCheck | None = None
     #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)
     #: to keep the database's triggers: SQLite drops a table's triggers with it, and
     #: refuses to rename a table while a trigger names one that is missing.

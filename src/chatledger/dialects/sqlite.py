@@ -122,6 +122,10 @@ _COUNTER_TRIGGER_SQLITE = (
 )
 
 
+async def _counter_trigger_found(conn: AsyncConnection) -> bool:
+    return (await conn.execute(text(_COUNTER_TRIGGER_SQLITE))).first() is not None
+
+
 def _rebuild_triggers_sqlite(conn: Connection) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Every trigger dropped before a table rebuild and created again after it, as
     SQLite's generalized ``ALTER TABLE`` procedure says: the rebuild's ``DROP TABLE``
@@ -452,7 +456,7 @@ AIOSQLITE = Backend(
     resolve_dsn=_resolve_dsn,
     append_message=_append_sqlite,
     counted_append=_append_sqlite_counted,
-    append_routine_probe=_COUNTER_TRIGGER_SQLITE,
+    append_routine_usable=_counter_trigger_found,
     rebuild_triggers=_rebuild_triggers_sqlite,
     save_rein_session=_save_rein_sqlite,
     greatest=func.max,
