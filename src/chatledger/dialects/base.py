@@ -202,6 +202,12 @@ async def execute_call(
             connection_invalidated=disconnect,
             dialect=dialect,
         ) from error
+    except BaseException as error:
+        # A cancellation while the closing status was awaited: the driver dropped its
+        # socket with a reply unread, so the connection is never pooled again (as
+        # SQLAlchemy does for one cancelled inside the statement).
+        await conn.invalidate(error)
+        raise
 
 
 #: The ``chatledger_sqlite_begin`` mode of :attr:`Backend.first_write`: no ``BEGIN`` is
@@ -439,6 +445,10 @@ class Backend:
     #: Driver error codes of a table or column that does not exist: the schema is not
     #: the one chatledger's migrations create.
     schema_codes: frozenset[str | int] = frozenset()
+    #: Driver error codes by which the server refuses the routine :attr:`counted_append`
+    #: calls (dropped, no longer the login's to call, another signature), having run
+    #: nothing: the ledger appends with :attr:`append_message` from then on.
+    routine_codes: frozenset[str | int] = frozenset()
     #: Parts of driver messages that say the same, where the code does not (SQLite
     #: reports every such error as its generic ``SQLITE_ERROR``).
     schema_messages: tuple[str, ...] = ()
