@@ -8,10 +8,10 @@
   counter row as it was: its upsert rolls back with the transaction.
 * A login without ``EXECUTE`` appends with the two statements, even one that sees the
   procedure (``CREATE ROUTINE``, ``ALTER ROUTINE``); one granted it, with the
-  ``CALL``; one whose ``EXECUTE`` is revoked while it runs fails one append with
-  ``SchemaNotReady``, writing nothing, and appends with the two statements after.
-* A procedure dropped after the ledger's schema check: that append fails with
-  ``SchemaNotReady``, writing nothing, and the next appends with the two statements.
+  ``CALL``; one whose ``EXECUTE`` is revoked while it runs retries that append with
+  the two statements, and keeps them.
+* A procedure dropped after the ledger's schema check, or given other parameters: the
+  append that finds it so is retried with the two statements, as every later one.
 * A failure reported after the procedure's row, in the call's closing status (a Galera
   certification abort, a connection killed): the append is retried, once written.
 """
@@ -29,7 +29,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
-from chatledger import SchemaNotReady, SessionDeleted
+from chatledger import SessionDeleted
 from chatledger.dialects.appends import MESSAGE_COLUMNS, SESSION_BINDS
 from chatledger.migrate import head_revision, upgrade_database
 from chatledger.schema import sessions_table
@@ -161,40 +161,38 @@ async def test_a_login_without_execute_appends_with_two_statements(database: Dat
         async with LedgerSessionStorage(login) as storage:
             assert await storage.append(session, "r", UserMessage(content="two")) == 2
             assert storage.ledger.append_message is storage.ledger.backend.counted_append
-            # EXECUTE revoked under the running ledger: one append fails, writing
-            # nothing; the next checks again and appends with the two statements.
+            # EXECUTE revoked under the running ledger: the CALL refused (nothing ran),
+            # the append is retried with the two statements, as every later one.
             await database.server.execute(f"REVOKE EXECUTE {on} FROM {login_name}")
             # A database-level grant changes for a connection at its next USE: new ones.
             await storage.ledger.engine.dispose()
-            with pytest.raises(SchemaNotReady, match="nothing was written"):
-                await storage.append(session, "r", UserMessage(content="lost"))
             assert await storage.append(session, "r", UserMessage(content="three")) == 3
             assert storage.ledger.append_message is storage.ledger.backend.append_message
-            await _gap_free(storage, session, 3)
+            assert storage.ledger.retries == 1
+            assert await storage.append(session, "r", UserMessage(content="four")) == 4
+            await _gap_free(storage, session, 4)
     finally:
         await database.server.execute(logins.drop.format(name=name))
 
 
 @pytest.mark.requires("append_procedure")
-async def test_a_procedure_dropped_after_the_check_fails_one_append_writing_nothing(
-    database: Database, tmp_path: Path
+@pytest.mark.parametrize("change", ["dropped", "more parameters"])
+async def test_a_procedure_changed_after_the_check_is_left_for_two_statements(
+    database: Database, tmp_path: Path, change: str
 ) -> None:
     async with fresh_database(database, tmp_path) as url:
         assert await upgrade_database(url) == head_revision()
         async with LedgerSessionStorage(url) as storage:
-            await _append_after_the_drop(storage, url)
-
-
-async def _append_after_the_drop(storage: LedgerSessionStorage, url: URL) -> None:
-    assert await storage.append("dropped", "r", UserMessage(content="one")) == 1
-    assert storage.ledger.append_message is storage.ledger.backend.counted_append
-    await execute(url, "DROP PROCEDURE chatledger_append")
-    with pytest.raises(SchemaNotReady, match="nothing was written"):
-        await storage.append("dropped", "r", UserMessage(content="lost"))
-    for sequence in (2, 3):
-        assert await storage.append("dropped", "r", UserMessage(content="more")) == sequence
-    assert storage.ledger.append_message is storage.ledger.backend.append_message
-    await _gap_free(storage, "dropped", 3)
+            assert await storage.append("changed", "r", UserMessage(content="one")) == 1
+            assert storage.ledger.append_message is storage.ledger.backend.counted_append
+            await execute(url, "DROP PROCEDURE chatledger_append")
+            if change == "more parameters":  # as a later revision's, under this name
+                await execute(url, "CREATE PROCEDURE chatledger_append(IN a INTEGER, IN b INTEGER) SELECT a")
+            for sequence in (2, 3):
+                assert await storage.append("changed", "r", UserMessage(content="more")) == sequence
+            assert storage.ledger.append_message is storage.ledger.backend.append_message
+            assert storage.ledger.retries == 1
+            await _gap_free(storage, "changed", 3)
 
 
 #: What fails an append once, after the procedure has sent its row: what Galera reports
@@ -205,37 +203,64 @@ AFTER_THE_ROW = {
 }
 
 
-@pytest.mark.requires("append_procedure")
-@pytest.mark.parametrize("failure", sorted(AFTER_THE_ROW))
-async def test_a_failure_after_the_procedure_row_is_retried(
-    database: Database, tmp_path: Path, failure: str
-) -> None:
+async def _after_the_row_once(url: URL, statement: str) -> None:
+    """Put the real procedure under another name, behind one that calls it and then,
+    on the first append only, runs ``statement``: after the row, before the call's
+    closing status. The flag table is MyISAM, so a rollback keeps its row."""
     module = _revision_0008()
     names = ", ".join(
         [f"s_{name}" for name, _ in module.SESSION_PARAMETERS]
         + [f"m_{name}" for name, _ in module.MESSAGE_PARAMETERS]
     )
+    await execute(
+        url,
+        "CREATE TABLE failed_once (done INTEGER) ENGINE=MyISAM",
+        module.APPEND_PROCEDURE.replace("chatledger_append(", "chatledger_append_real(", 1),
+        "DROP PROCEDURE chatledger_append",
+        f"""CREATE PROCEDURE chatledger_append({module._parameters()})
+        BEGIN
+          CALL chatledger_append_real({names});
+          IF s_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM failed_once) THEN
+            INSERT INTO failed_once VALUES (1);
+            {statement};
+          END IF;
+        END""",
+    )
+
+
+@pytest.mark.requires("append_procedure")
+@pytest.mark.parametrize("failure", sorted(AFTER_THE_ROW))
+async def test_a_failure_after_the_procedure_row_is_retried(
+    database: Database, tmp_path: Path, failure: str
+) -> None:
     async with fresh_database(database, tmp_path) as url:
         assert await upgrade_database(url) == head_revision()
-        # The real procedure under another name, called by one that then fails once:
-        # the flag table is MyISAM, so the rollback keeps its row.
-        await execute(
-            url,
-            "CREATE TABLE failed_once (done INTEGER) ENGINE=MyISAM",
-            module.APPEND_PROCEDURE.replace("chatledger_append(", "chatledger_append_real(", 1),
-            "DROP PROCEDURE chatledger_append",
-            f"""CREATE PROCEDURE chatledger_append({module._parameters()})
-            BEGIN
-              CALL chatledger_append_real({names});
-              IF s_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM failed_once) THEN
-                INSERT INTO failed_once VALUES (1);
-                {AFTER_THE_ROW[failure]};
-              END IF;
-            END""",
-        )
+        await _after_the_row_once(url, AFTER_THE_ROW[failure])
         async with LedgerSessionStorage(url) as storage:
             assert await storage.append("after", "r", UserMessage(content="one")) == 1
             assert storage.ledger.append_message is storage.ledger.backend.counted_append
             assert storage.ledger.retries == 1
             assert await storage.append("after", "r", UserMessage(content="two")) == 2
             await _gap_free(storage, "after", 2)
+
+
+@pytest.mark.requires("append_procedure")
+async def test_an_append_cancelled_after_the_procedure_row_is_cancelled(
+    database: Database, tmp_path: Path
+) -> None:
+    """Cancelled while the call's closing status is awaited: the caller gets the
+    cancellation (not a database error), the connection is dropped rather than pooled
+    with a reply unread, and the server rolls the append back."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("cancelled", "r", UserMessage(content="one")) == 1
+            await _after_the_row_once(url, "DO SLEEP(3)")
+            appending = asyncio.create_task(storage.append("cancelled", "r", UserMessage(content="gone")))
+            await asyncio.sleep(1)  # the row came back at once; its closing status in 3 s
+            appending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await appending
+            assert storage.ledger.engine.pool.checkedout() == 0
+            assert await storage.append("cancelled", "r", UserMessage(content="two")) == 2
+            await _gap_free(storage, "cancelled", 2)

@@ -29,8 +29,10 @@ of earlier revisions does.
 PostgreSQL's append is one statement already, and SQLite's one with revision 0007's
 trigger: on them this revision changes nothing. An expand-only revision: code of
 earlier revisions keeps appending correctly, so ``compatible_from`` keeps its
-predecessor's value. The downgrade drops the procedure. A later revision that changes
-a column of either table creates it again to match.
+predecessor's value. The downgrade drops the procedure. A later revision that needs
+other parameters (a column added to either table) creates a procedure of another name
+beside this one, which code of this revision still calls, and drops this one only when
+that code is no longer compatible.
 
 Frozen: this file imports nothing from chatledger.
 

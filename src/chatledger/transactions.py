@@ -393,14 +393,18 @@ class Transactions:
                     code=dialects.error_code(error, self.backend),
                     server_message=str(error.orig),
                 ) from error
+            if dialects.error_code(error, self.backend) in self.backend.routine_codes:
+                # The append's routine was refused and ran nothing: this ledger appends
+                # with its statements from now on, this call's next attempt included.
+                self.readiness.refuse_routine(error)
+                raise _Retry(error, dialects.error_code(error)) from error
             if failure is dialects.Failure.SCHEMA:
                 # The revision check passed, yet a table or column is missing: check again
                 # on the next call (the database may have been downgraded or replaced).
                 self.readiness.ready = False
                 dsn = as_argument(self.url)
                 raise SchemaNotReady(
-                    f"database {display(self.url)} lacks a table or column this chatledger uses (or a "
-                    "routine this login may call), "
+                    f"database {display(self.url)} lacks a table or column this chatledger uses, "
                     f"so its schema is not the one revision {migrate.head_revision()} creates (an "
                     "older or hand-made schema, or one changed by hand); nothing was written. Run "
                     f"`chatledger check --dsn {dsn}` to see where it stands, then `chatledger upgrade "
