@@ -1076,7 +1076,10 @@ def read_records(stream: IO[bytes]) -> Iterator[Record]:
     except UnicodeDecodeError:
         raise FormatError(f"line {number + 1}: not UTF-8 text") from None
     finally:
-        lines.detach()  # the caller closes the stream (standard input must stay open)
+        # The caller closes the stream (standard input must stay open); one it closed
+        # first (an import interrupted by Ctrl-C) has nothing left to detach.
+        if not lines.closed:
+            lines.detach()
 
 
 async def _async(records: Iterable[Record]) -> AsyncIterator[Record]:
