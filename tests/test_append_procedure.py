@@ -29,7 +29,7 @@ from sqlalchemy import event, select
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
-from chatledger import SessionDeleted
+from chatledger import DatabaseError, SessionDeleted
 from chatledger.dialects.appends import MESSAGE_COLUMNS, SESSION_BINDS
 from chatledger.migrate import head_revision, upgrade_database
 from chatledger.schema import sessions_table
@@ -168,7 +168,7 @@ async def test_a_login_without_execute_appends_with_two_statements(database: Dat
             await storage.ledger.engine.dispose()
             assert await storage.append(session, "r", UserMessage(content="three")) == 3
             assert storage.ledger.append_message is storage.ledger.backend.append_message
-            assert storage.ledger.retries == 1
+            assert storage.ledger.retries == 0  # made again at once, outside the budget
             assert await storage.append(session, "r", UserMessage(content="four")) == 4
             await _gap_free(storage, session, 4)
     finally:
@@ -182,7 +182,8 @@ async def test_a_procedure_changed_after_the_check_is_left_for_two_statements(
 ) -> None:
     async with fresh_database(database, tmp_path) as url:
         assert await upgrade_database(url) == head_revision()
-        async with LedgerSessionStorage(url) as storage:
+        # No retry budget: the append the refusal met is made again all the same.
+        async with LedgerSessionStorage(url, retry_timeout=0) as storage:
             assert await storage.append("changed", "r", UserMessage(content="one")) == 1
             assert storage.ledger.append_message is storage.ledger.backend.counted_append
             await execute(url, "DROP PROCEDURE chatledger_append")
@@ -191,8 +192,34 @@ async def test_a_procedure_changed_after_the_check_is_left_for_two_statements(
             for sequence in (2, 3):
                 assert await storage.append("changed", "r", UserMessage(content="more")) == sequence
             assert storage.ledger.append_message is storage.ledger.backend.append_message
-            assert storage.ledger.retries == 1
+            assert storage.ledger.retries == 0
             await _gap_free(storage, "changed", 3)
+
+
+@pytest.mark.requires("append_procedure")
+async def test_a_refusal_of_another_routine_is_no_refusal_of_the_procedure(
+    database: Database, tmp_path: Path
+) -> None:
+    """1305 from a routine the procedure calls (here a trigger's, made by an operator)
+    is that statement's error: the call fails at once, as any refusal does, and the
+    ledger keeps the procedure."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("other", "r", UserMessage(content="one")) == 1
+            await execute(
+                url,
+                "CREATE PROCEDURE audit_gone() SELECT 1",
+                "CREATE TRIGGER audit AFTER INSERT ON raw_messages FOR EACH ROW CALL audit_gone()",
+                "DROP PROCEDURE audit_gone",
+            )
+            with pytest.raises(DatabaseError, match="audit_gone"):
+                await storage.append("other", "r", UserMessage(content="two"))
+            assert storage.ledger.retries == 0
+            assert storage.ledger.append_message is storage.ledger.backend.counted_append
+            await execute(url, "DROP TRIGGER audit")
+            assert await storage.append("other", "r", UserMessage(content="two")) == 2
+            await _gap_free(storage, "other", 2)
 
 
 #: What fails an append once, after the procedure has sent its row: what Galera reports

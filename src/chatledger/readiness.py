@@ -54,13 +54,13 @@ class Readiness:
         #: found the routine it needs (SQLite: revision 0007's counter trigger; MySQL:
         #: revision 0008's procedure, which the login may call), else the counter upsert's.
         self.append_message = self.backend.append_message
-        #: Set once a call found the routine refused (:attr:`Backend.routine_codes`): the
-        #: check asks no more, and the ledger keeps the counter upsert's append.
+        #: Set once a call found the routine refused (:class:`dialects.RoutineRefused`):
+        #: the check asks no more, and the ledger keeps the counter upsert's append.
         self.routine_refused = False
 
     def refuse_routine(self, error: DBAPIError) -> None:
-        """The append's routine was refused (:attr:`Backend.routine_codes`): append with
-        the backend's statements from now on. Logged once."""
+        """The append's routine was refused (:class:`dialects.RoutineRefused`): append
+        with the backend's statements from now on. Logged once."""
         if not self.routine_refused:
             logger.warning(
                 "%s: the append routine was refused; appends take the longer form from now on (%s)",
@@ -121,6 +121,8 @@ class Readiness:
             check, counted = self.backend.append_routine_usable, self.backend.counted_append
             if check is not None and counted is not None and not self.routine_refused:
                 usable = await transactions.run(lambda conn: self._routine_usable(conn, check), ready=False)
+                # A refusal met while the check awaited its answer stands.
+                usable = usable and not self.routine_refused
                 self.append_message = counted if usable else self.backend.append_message
             level_query = self.backend.write_isolation_query
             if level_query is not None:

@@ -233,6 +233,12 @@ class Transactions:
                     raise
                 except (StorageUnavailable, ConfigurationError, SchemaNotReady):
                     raise
+                except dialects.RoutineRefused as refused:
+                    # The append's routine was refused and ran nothing: this ledger
+                    # appends with its statements from now on, this call again at once
+                    # (once per ledger, so outside the retry budget).
+                    self.readiness.refuse_routine(refused.error)
+                    continue
                 except Exception:
                     # The work failed: a repeat of a write that was committed (by an
                     # earlier call, or by this one's ambiguous COMMIT that the server
@@ -393,11 +399,6 @@ class Transactions:
                     code=dialects.error_code(error, self.backend),
                     server_message=str(error.orig),
                 ) from error
-            if dialects.error_code(error, self.backend) in self.backend.routine_codes:
-                # The append's routine was refused and ran nothing: this ledger appends
-                # with its statements from now on, this call's next attempt included.
-                self.readiness.refuse_routine(error)
-                raise _Retry(error, dialects.error_code(error)) from error
             if failure is dialects.Failure.SCHEMA:
                 # The revision check passed, yet a table or column is missing: check again
                 # on the next call (the database may have been downgraded or replaced).

@@ -73,6 +73,18 @@ ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | No
 RoutineCheck = Callable[[AsyncConnection], Awaitable[bool]]
 
 
+class RoutineRefused(Exception):
+    """Raised by a :attr:`Backend.counted_append` whose routine the server refused
+    (dropped, another signature, no longer the login's to call) before it ran anything:
+    the call's transaction is rolled back and the append made again with
+    :attr:`Backend.append_message`, which the ledger keeps from then on. ``error`` is
+    the server's refusal."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Failure(enum.Enum):
     """What a database error means for the transaction that met it."""
 
@@ -445,10 +457,6 @@ class Backend:
     #: Driver error codes of a table or column that does not exist: the schema is not
     #: the one chatledger's migrations create.
     schema_codes: frozenset[str | int] = frozenset()
-    #: Driver error codes by which the server refuses the routine :attr:`counted_append`
-    #: calls (dropped, no longer the login's to call, another signature), having run
-    #: nothing: the ledger appends with :attr:`append_message` from then on.
-    routine_codes: frozenset[str | int] = frozenset()
     #: Parts of driver messages that say the same, where the code does not (SQLite
     #: reports every such error as its generic ``SQLITE_ERROR``).
     schema_messages: tuple[str, ...] = ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import (
     asynccontextmanager,
@@ -37,8 +38,10 @@ from .base import (
     Collations,
     OfflineScript,
     Replication,
+    RoutineRefused,
     StorageSize,
     backend,
+    error_code,
     execute_call,
     no_listeners,
     require_database,
@@ -96,6 +99,14 @@ async def _append_mysql(
 
 #: Revision 0008's procedure: the counter upsert and the insert in one statement.
 _APPEND_PROCEDURE = "chatledger_append"
+#: ER_SP_DOES_NOT_EXIST, ER_SP_WRONG_NO_OF_ARGS, ER_PROCACCESS_DENIED_ERROR: the
+#: procedure dropped, given other parameters, or its EXECUTE revoked since the schema
+#: check (a connection opened before a REVOKE keeps the grant, so asking again could
+#: answer yes). The server names the procedure it refused: one of these from a
+#: statement inside it (a trigger's, a routine it calls) is that statement's error.
+_REFUSALS = frozenset({1305, 1318, 1370})
+#: How those messages name it: ``database.chatledger_append``.
+_REFUSED_NAME = re.compile(rf"\.{_APPEND_PROCEDURE}\b")
 
 
 def _procedure_call() -> Any:
@@ -119,8 +130,15 @@ async def _append_mysql_called(
     (``NULL``: refused, nothing inserted). That row is the procedure's last statement,
     so a failure of either statement is this call's error; a failure reported in the
     call's closing status, which follows the row (a Galera certification abort, a lost
-    connection), is too (:func:`execute_call`)."""
-    result = await execute_call(conn, _PROCEDURE_CALL, append_params(values, row, now))
+    connection), is too (:func:`execute_call`).
+
+    :raises RoutineRefused: the server refused the procedure itself (:data:`_REFUSALS`)."""
+    try:
+        result = await execute_call(conn, _PROCEDURE_CALL, append_params(values, row, now))
+    except DBAPIError as error:
+        if error_code(error) in _REFUSALS and _REFUSED_NAME.search(str(error.orig)):
+            raise RoutineRefused(error) from error
+        raise
     sequence = result.scalar_one()
     return None if sequence is None else int(sequence)
 
@@ -567,11 +585,6 @@ AIOMYSQL = Backend(
     # ER_NET_PACKET_TOO_LARGE
     too_large_codes=frozenset({1153}),
     schema_codes=frozenset({1054, 1146}),  # ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE
-    # ER_SP_DOES_NOT_EXIST, ER_SP_WRONG_NO_OF_ARGS, ER_PROCACCESS_DENIED_ERROR: revision
-    # 0008's procedure dropped, given other parameters, or its EXECUTE revoked since the
-    # schema check (a connection opened before a REVOKE keeps the grant: asking again
-    # could answer yes).
-    routine_codes=frozenset({1305, 1318, 1370}),
     missing_table_codes=frozenset({1146}),  # ER_NO_SUCH_TABLE
     galera=True,
     migration_transaction=_migration_transaction_mysql,
