@@ -125,7 +125,8 @@ def test_ctrl_c_during_an_import_says_what_was_committed_and_that_a_re_run_resum
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "COLUMNS": "120"},
+        # faulthandler: a SIGABRT prints every thread's stack, should it not end.
+        env={**os.environ, "COLUMNS": "120", "PYTHONFAULTHANDLER": "1"},
     )
     try:
         deadline = time.monotonic() + 240
@@ -138,9 +139,15 @@ def test_ctrl_c_during_an_import_says_what_was_committed_and_that_a_re_run_resum
             holder.execute("BEGIN IMMEDIATE")
             assert running.poll() is None, "the import ended before it could be interrupted"
             running.send_signal(signal.SIGINT)
-            _, stderr = running.communicate(timeout=120)
+            time.sleep(1)  # then let go: the lock was there to keep the import running
         finally:
             holder.close()  # rolls back: it wrote nothing
+        try:
+            _, stderr = running.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            running.send_signal(signal.SIGABRT)
+            _, stderr = running.communicate(timeout=30)
+            pytest.fail(f"the import did not end within 120 s of Ctrl-C; its threads:\n{stderr[-8000:]}")
     finally:
         running.kill()
     assert running.returncode == 130
