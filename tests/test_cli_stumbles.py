@@ -115,10 +115,12 @@ def imported(path: Path) -> int:
 
 
 def _sigint_as_at_a_terminal() -> None:
-    # The child starts with SIGINT's default action, as a command at a terminal does:
-    # one started with SIGINT ignored (inherited from this test process, as it can be
-    # in a full run) keeps it ignored, and Python then installs no KeyboardInterrupt.
+    # The child starts with SIGINT's default action, and not blocked, as a command at a
+    # terminal does: one started with SIGINT ignored (inherited from this test process,
+    # as it can be in a full run) keeps it ignored, and Python then installs no
+    # KeyboardInterrupt; a blocked one (the mask is inherited too) is never delivered.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def test_ctrl_c_during_an_import_says_what_was_committed_and_that_a_re_run_resumes(
