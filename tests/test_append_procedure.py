@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
@@ -37,6 +37,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.appends import gap_free, mix_old_and_new, record_statements
 from .support.facts import logins_of
 from .support.schema_helpers import MIGRATIONS, dsn_of, execute, fresh_database
 
@@ -59,40 +60,12 @@ def test_the_procedure_takes_the_append_parameters_in_order() -> None:
     assert [name for name, _ in module.MESSAGE_PARAMETERS] == list(MESSAGE_COLUMNS)
 
 
-async def _gap_free(storage: LedgerSessionStorage, session_id: str, count: int) -> None:
-    raw = await storage.list_raw_messages(session_id, limit=10**6)
-    assert [record.sequence for record in raw] == list(range(1, count + 1))
-    assert await storage.count_messages(session_id) == count
-
-
 @pytest.mark.requires("append_procedure")
 async def test_old_and_new_appends_mixed_stay_gap_free(database: Database) -> None:
     async with LedgerSessionStorage(database.url) as new, LedgerSessionStorage(database.url) as old:
-        await new.ledger.ensure_ready()
-        await old.ledger.ensure_ready()
-        backend = new.ledger.backend
-        assert new.ledger.append_message is backend.counted_append
         # Code of revision 0007: the counter upsert, then the insert.
-        old.ledger.readiness.append_message = backend.append_message
         ids = [f"mixed-{uuid.uuid4().hex[:8]}-{number}" for number in range(SESSIONS)]
-
-        async def writer(storage: LedgerSessionStorage, name: str, session_id: str) -> list[int]:
-            return [
-                await storage.append(
-                    session_id, name, UserMessage(content=f"{name} {number}"), title=f"{name} {number % 3}"
-                )
-                for number in range(APPENDS)
-            ]
-
-        written = await asyncio.gather(
-            *(writer(storage, name, id) for id in ids for storage, name in ((new, "new"), (old, "old")))
-        )
-        for number, id in enumerate(ids):
-            both = written[2 * number] + written[2 * number + 1]
-            assert sorted(both) == list(range(1, 2 * APPENDS + 1))
-            await _gap_free(new, id, 2 * APPENDS)
-            assert await old.append(id, "old", UserMessage(content="last old")) == 2 * APPENDS + 1
-            assert await new.append(id, "new", UserMessage(content="last new")) == 2 * APPENDS + 2
+        await mix_old_and_new(new, old, ids, APPENDS, titled=True)
     assert await run(["check", "--dsn", dsn_of(database.url)]) == 0
 
 
@@ -124,17 +97,7 @@ async def test_a_refused_append_leaves_the_counter_row_as_it_was(database: Datab
         with pytest.raises(SessionDeleted):
             await storage.append(gone, "r", UserMessage(content="x"), title="changed")
         assert await rows() == before
-        await _gap_free(storage, child, 1)
-
-
-def _record_statements(storage: LedgerSessionStorage) -> list[str]:
-    sent: list[str] = []
-
-    @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
-    def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
-    return sent
+        await gap_free(storage, child, 1)
 
 
 @pytest.mark.requires("append_procedure")
@@ -153,7 +116,7 @@ async def test_a_login_without_execute_appends_with_two_statements(database: Dat
         session = f"noexec-{uuid.uuid4().hex[:8]}"
         async with LedgerSessionStorage(login) as storage:
             await storage.ledger.ensure_ready()
-            sent = _record_statements(storage)
+            sent = record_statements(storage)
             assert await storage.append(session, "r", UserMessage(content="one")) == 1
             assert storage.ledger.append_message is storage.ledger.backend.append_message
             assert sent and not [statement for statement in sent if statement.startswith("CALL")]
@@ -170,7 +133,7 @@ async def test_a_login_without_execute_appends_with_two_statements(database: Dat
             assert storage.ledger.append_message is storage.ledger.backend.append_message
             assert storage.ledger.retries == 0  # made again at once, outside the budget
             assert await storage.append(session, "r", UserMessage(content="four")) == 4
-            await _gap_free(storage, session, 4)
+            await gap_free(storage, session, 4)
     finally:
         await database.server.execute(logins.drop.format(name=name))
 
@@ -193,7 +156,7 @@ async def test_a_procedure_changed_after_the_check_is_left_for_two_statements(
                 assert await storage.append("changed", "r", UserMessage(content="more")) == sequence
             assert storage.ledger.append_message is storage.ledger.backend.append_message
             assert storage.ledger.retries == 0
-            await _gap_free(storage, "changed", 3)
+            await gap_free(storage, "changed", 3)
 
 
 @pytest.mark.requires("append_procedure")
@@ -219,7 +182,7 @@ async def test_a_refusal_of_another_routine_is_no_refusal_of_the_procedure(
             assert storage.ledger.append_message is storage.ledger.backend.counted_append
             await execute(url, "DROP TRIGGER audit")
             assert await storage.append("other", "r", UserMessage(content="two")) == 2
-            await _gap_free(storage, "other", 2)
+            await gap_free(storage, "other", 2)
 
 
 #: What fails an append once, after the procedure has sent its row: what Galera reports
@@ -268,7 +231,7 @@ async def test_a_failure_after_the_procedure_row_is_retried(
             assert storage.ledger.append_message is storage.ledger.backend.counted_append
             assert storage.ledger.retries == 1
             assert await storage.append("after", "r", UserMessage(content="two")) == 2
-            await _gap_free(storage, "after", 2)
+            await gap_free(storage, "after", 2)
 
 
 @pytest.mark.requires("append_procedure")
@@ -290,4 +253,4 @@ async def test_an_append_cancelled_after_the_procedure_row_is_cancelled(
                 await appending
             assert storage.ledger.engine.pool.checkedout() == 0
             assert await storage.append("cancelled", "r", UserMessage(content="two")) == 2
-            await _gap_free(storage, "cancelled", 2)
+            await gap_free(storage, "cancelled", 2)

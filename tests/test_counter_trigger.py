@@ -11,7 +11,6 @@ other way a raw message is numbered kept gap-free beside it.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.appends import gap_free, mix_old_and_new
 from .support.schema_helpers import dsn_of, execute, fresh_database
 
 pytestmark = pytest.mark.requires("counter_trigger")
@@ -30,42 +30,15 @@ SESSIONS = 3
 APPENDS = 12  # per writer and session
 
 
-async def _gap_free(storage: LedgerSessionStorage, session_id: str, count: int) -> None:
-    raw = await storage.list_raw_messages(session_id, limit=10**6)
-    assert [record.sequence for record in raw] == list(range(1, count + 1))
-    assert await storage.count_messages(session_id) == count
-
-
 async def test_old_and_new_appends_mixed_stay_gap_free(database: Database, tmp_path: Path) -> None:
     async with (
         fresh_database(database, tmp_path) as url,
         LedgerSessionStorage(url) as new,
         LedgerSessionStorage(url) as old,
     ):
-        await new.ledger.ensure_ready()
-        await old.ledger.ensure_ready()
-        backend = new.ledger.backend
-        assert new.ledger.append_message is backend.counted_append
         # Code of revision 0006: the counter upsert, then the insert.
-        old.ledger.readiness.append_message = backend.append_message
         ids = [f"mixed-{number}" for number in range(SESSIONS)]
-
-        async def writer(storage: LedgerSessionStorage, name: str, session_id: str) -> list[int]:
-            return [
-                await storage.append(session_id, name, UserMessage(content=f"{name} {number}"))
-                for number in range(APPENDS)
-            ]
-
-        written = await asyncio.gather(
-            *(writer(storage, name, id) for id in ids for storage, name in ((new, "new"), (old, "old")))
-        )
-        for number, id in enumerate(ids):
-            both = written[2 * number] + written[2 * number + 1]
-            assert sorted(both) == list(range(1, 2 * APPENDS + 1))
-            await _gap_free(new, id, 2 * APPENDS)
-            # Each path appends after the other: the next sequence is the counter's next.
-            assert await old.append(id, "old", UserMessage(content="last old")) == 2 * APPENDS + 1
-            assert await new.append(id, "new", UserMessage(content="last new")) == 2 * APPENDS + 2
+        await mix_old_and_new(new, old, ids, APPENDS, titled=False)
     assert await run(["check", "--dsn", dsn_of(url)]) == 0
 
 
@@ -77,7 +50,7 @@ async def test_a_trigger_dropped_after_the_check_is_not_trusted(database: Databa
         await execute(url, "DROP TRIGGER raw_messages_counter")
         for sequence in (3, 4, 5):
             assert await storage.append("dropped", "r", UserMessage(content="more")) == sequence
-        await _gap_free(storage, "dropped", 5)
+        await gap_free(storage, "dropped", 5)
 
 
 async def test_a_schema_without_the_trigger_keeps_the_counter_upsert(
@@ -90,4 +63,4 @@ async def test_a_schema_without_the_trigger_keeps_the_counter_upsert(
             for sequence in (1, 2, 3):
                 assert await storage.append("without", "r", UserMessage(content="m")) == sequence
             assert storage.ledger.append_message is storage.ledger.backend.append_message
-            await _gap_free(storage, "without", 3)
+            await gap_free(storage, "without", 3)

@@ -20,10 +20,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-from sqlalchemy import delete, event, inspect, select, text
+from sqlalchemy import delete, inspect, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -35,6 +34,7 @@ from chatledger.migrate import COMPATIBILITY_TABLE, VERSION_TABLE, upgrade_datab
 from chatledger.schema import rein_sessions_table
 from chatledger.zett import LedgerSessionStorage
 
+from .support.appends import record_statements
 from .support.backends import Server, Servers, fresh_name
 from .support.facts import facts_of, logins_of
 from .support.throwaway import shared_server
@@ -157,24 +157,13 @@ async def deployment(request: pytest.FixtureRequest, servers: Servers) -> AsyncI
         await _undeploy(server, database, owner, runtime)
 
 
-def _record_statements(storage: LedgerSessionStorage) -> list[str]:
-    """Every statement the storage sends from now on."""
-    sent: list[str] = []
-
-    @event.listens_for(storage.ledger.engine.sync_engine, "before_cursor_execute")
-    def _record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
-    return sent
-
-
 def _ddl(statements: list[str]) -> list[str]:
     return [statement for statement in statements if statement.lstrip().upper().startswith(DDL)]
 
 
 async def test_runtime_role_never_migrates_an_unmigrated_database(deployment: Deployment) -> None:
     async with LedgerSessionStorage(deployment.runtime, auto_upgrade=False) as storage:
-        sent = _record_statements(storage)
+        sent = record_statements(storage)
         with pytest.raises(SchemaNotReady, match="upgrade"):
             await storage.load("s-1")
         assert sent, "the revision check ran no statement"
@@ -195,7 +184,7 @@ async def test_runtime_role_serves_every_call_once_the_owner_migrated(deployment
     async with LedgerSessionStorage(deployment.runtime) as storage:
         assert deployment.runtime_password not in repr(storage)
         assert "***" in repr(storage)
-        sent = _record_statements(storage)
+        sent = record_statements(storage)
 
         session = f"s-{uuid.uuid4()}"
         child = f"s-{uuid.uuid4()}"
