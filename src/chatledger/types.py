@@ -23,6 +23,7 @@ backend's form of it is, its backend says (:attr:`chatledger.dialects.Backend.id
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,19 @@ def _backend(dialect: Dialect) -> Backend | None:
         return dialects.backend(dialect.name)
     except ValueError:
         return None
+
+
+@functools.cache
+def _binds_time_zone(dialect_name: str) -> bool:
+    """Whether the backend of the dialect named so binds an instant with its zone
+    (:attr:`chatledger.dialects.Backend.binds_time_zone`; ``False`` for a dialect
+    chatledger does not serve)."""
+    from . import dialects
+
+    try:
+        return dialects.backend(dialect_name).binds_time_zone
+    except ValueError:
+        return False
 
 
 class Id(TypeDecorator[str]):
@@ -105,14 +119,16 @@ class UTCDateTime(TypeDecorator[datetime]):
         return dialect.type_descriptor(DateTime() if backend is None else backend.instant_type())
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        # Run for every instant of every statement (six per append): the common case, a
+        # UTC instant, costs no conversion, and the backend's rule is looked up once.
         if value is None:
             return None
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError("naive datetime given; chatledger stores timezone-aware UTC instants")
-        value = value.astimezone(UTC)
+        if value.tzinfo is not UTC:
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError("naive datetime given; chatledger stores timezone-aware UTC instants")
+            value = value.astimezone(UTC)
         # PostgreSQL keeps the zone; MySQL DATETIME and SQLite text store the UTC wall time.
-        backend = _backend(dialect)
-        return value if backend is not None and backend.binds_time_zone else value.replace(tzinfo=None)
+        return value if _binds_time_zone(dialect.name) else value.replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
