@@ -145,6 +145,7 @@ async def test_a_procedure_changed_after_the_check_is_left_for_two_statements(
 ) -> None:
     async with fresh_database(database, tmp_path) as url:
         assert await upgrade_database(url) == head_revision()
+        await _without_the_committed_append(url)
         # No retry budget: the append the refusal met is made again all the same.
         async with LedgerSessionStorage(url, retry_timeout=0) as storage:
             assert await storage.append("changed", "r", UserMessage(content="one")) == 1
@@ -191,6 +192,12 @@ AFTER_THE_ROW = {
     "certification": "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'aborted (test)'",
     "killed": "KILL CONNECTION_ID()",
 }
+
+
+async def _without_the_committed_append(url: URL) -> None:
+    """Every append through revision 0008's procedure: revision 0009's, which makes the
+    append to a session it only moves along, dropped before any ledger checks for it."""
+    await execute(url, "DROP PROCEDURE chatledger_append_committed")
 
 
 async def _after_the_row_once(url: URL, statement: str) -> None:
@@ -243,6 +250,7 @@ async def test_an_append_cancelled_after_the_procedure_row_is_cancelled(
     with a reply unread, and the server rolls the append back."""
     async with fresh_database(database, tmp_path) as url:
         assert await upgrade_database(url) == head_revision()
+        await _without_the_committed_append(url)
         async with LedgerSessionStorage(url) as storage:
             assert await storage.append("cancelled", "r", UserMessage(content="one")) == 1
             await _after_the_row_once(url, "DO SLEEP(3)")

@@ -428,28 +428,31 @@ async def test_a_retention_delete_lost_in_its_commit_is_looked_up_and_the_run_go
 #: BEGIN of its own: sqlite3 begins the transaction with the first INSERT, which is the
 #: whole append there: revision 0007's trigger moves the counter row along. PostgreSQL:
 #: one statement committed by itself, the counter's UPDATE feeding the insert. MySQL:
-#: revision 0008's procedure runs the counter upsert and the insert.
+#: revision 0009's procedure, which moves the counter row along, inserts and commits.
 APPEND_STATEMENTS = {
     "postgresql": ["WITH"],
-    "mysql": ["CALL chatledger_append"],
+    "mysql": ["CALL chatledger_append_committed("],
     "sqlite": ["INSERT INTO raw_messages"],
 }
 #: An append changing the session's title or agent name: the one-statement append
-#: (SQLite's insert, PostgreSQL's autocommit statement) finds the fields to change and
-#: writes nothing, and the counter upsert (which sets them) and the insert follow, in a
-#: transaction (PostgreSQL: in one statement; MySQL: the procedure sets them itself).
+#: (SQLite's insert, the statement or procedure that commits itself) finds the fields
+#: to change and writes nothing, and the counter upsert (which sets them) and the insert
+#: follow, in a transaction (PostgreSQL: in one statement; MySQL: revision 0008's
+#: procedure).
 CHANGING_STATEMENTS = {
     **APPEND_STATEMENTS,
     "postgresql": ["WITH", "WITH"],
+    "mysql": ["CALL chatledger_append_committed(", "CALL chatledger_append("],
     "sqlite": ["INSERT INTO raw_messages", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
 }
 #: Its round trips (SQLite: hops to aiosqlite's thread): the statements, and the BEGIN
-#: (PostgreSQL's drivers) and COMMIT of a transaction (none for PostgreSQL's statement
-#: in autocommit); no ROLLBACK when the connection goes back to the pool
+#: (PostgreSQL's drivers) and COMMIT of a transaction (none for a statement that commits
+#: itself); no ROLLBACK when the connection goes back to the pool
 #: (tests/test_pool_reset.py). SQLite: a cursor, the statement, its fetch and its close
-#: per statement, then the COMMIT. MySQL: the CALL and the COMMIT.
-APPEND_ROUND_TRIPS = {"postgresql": 1, "mysql": 2, "sqlite": 5}
-CHANGING_ROUND_TRIPS = {**APPEND_ROUND_TRIPS, "postgresql": 4, "sqlite": 12}
+#: per statement, then the COMMIT. MySQL: the CALL that commits itself; changing: it,
+#: then the transaction's CALL and COMMIT.
+APPEND_ROUND_TRIPS = {"postgresql": 1, "mysql": 1, "sqlite": 5}
+CHANGING_ROUND_TRIPS = {**APPEND_ROUND_TRIPS, "postgresql": 4, "mysql": 3, "sqlite": 12}
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ a write set that conflicts with one certified first is rolled back with error
 
 - appends spread over the nodes are whole: no error, gap, duplicate or lost
   acknowledgement, every node holds the same rows;
-- the append keeps its two statements, never revision 0008's procedure (Galera's
-  abort of a transaction inside a stored procedure is not handled as for statements);
+- the append keeps its two statements, never revisions 0008's and 0009's procedures
+  (Galera's abort of a transaction inside a stored procedure is not handled as for
+  statements);
 - a snapshot race has exactly one winner cluster-wide;
 - reads are causal only with ``wsrep_sync_wait`` (set per connection by
   :func:`chatledger.dialects.configure_galera`): a load or list on any node sees
@@ -82,6 +83,9 @@ async def test_appends_keep_their_two_statements_on_galera(nodes: list[URL]) -> 
         assert await storage.append(fresh_name("two"), "r", UserMessage(content="one")) == 1
         assert storage.ledger.backend.counted_append is not None
         assert storage.ledger.append_message is storage.ledger.backend.append_message
+        # Nor revision 0009's, which commits inside the procedure.
+        assert storage.ledger.backend.single_append is not None
+        assert storage.ledger.single_append is None
 
 
 async def test_appends_spread_over_the_nodes_are_whole(nodes: list[URL]) -> None:

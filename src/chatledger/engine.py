@@ -118,7 +118,7 @@ class Ledger:
         (see :attr:`chatledger.connections.Connections.single_writer`)."""
         if self.connections.single_writer is None:
             return None
-        return self.backend.single_append
+        return self.readiness.single_append
 
     @property
     def auto_upgrade(self) -> bool:

@@ -54,6 +54,10 @@ class Readiness:
         #: found the routine it needs (SQLite: revision 0007's counter trigger; MySQL:
         #: revision 0008's procedure, which the login may call), else the counter upsert's.
         self.append_message = self.backend.append_message
+        #: The append as one statement committed by itself this ledger runs
+        #: (:attr:`chatledger.dialects.Backend.single_append`), once the check found the routine it needs
+        #: (MySQL: revision 0009's procedure); ``None``: every append is a transaction.
+        self.single_append = self.backend.single_append if self.backend.single_append_usable is None else None
         #: Set once a call found the routine refused (:class:`dialects.RoutineRefused`):
         #: the check asks no more, and the ledger keeps the counter upsert's append.
         self.routine_refused = False
@@ -69,6 +73,7 @@ class Readiness:
             )
         self.routine_refused = True
         self.append_message = self.backend.append_message
+        self.single_append = None
 
     async def ensure_ready(self, transactions: Transactions) -> None:
         """See :meth:`chatledger.engine.Ledger.ensure_ready`; reads through ``transactions``."""
@@ -124,6 +129,12 @@ class Readiness:
                 # A refusal met while the check awaited its answer stands.
                 usable = usable and not self.routine_refused
                 self.append_message = counted if usable else self.backend.append_message
+            single_check, single = self.backend.single_append_usable, self.backend.single_append
+            if single_check is not None and single is not None and not self.routine_refused:
+                usable = await transactions.run(
+                    lambda conn: self._routine_usable(conn, single_check), ready=False
+                )
+                self.single_append = single if usable and not self.routine_refused else None
             level_query = self.backend.write_isolation_query
             if level_query is not None:
                 level = await transactions.run(

@@ -236,8 +236,12 @@ class Transactions:
                 except dialects.RoutineRefused as refused:
                     # The append's routine was refused and ran nothing: this ledger
                     # appends with its statements from now on, this call again at once
-                    # (once per ledger, so outside the retry budget).
+                    # (once per ledger, so outside the retry budget); a statement that
+                    # commits itself says it wrote nothing, so its caller's transaction
+                    # makes the append.
                     self.readiness.refuse_routine(refused.error)
+                    if autocommit:
+                        return None  # type: ignore[return-value]
                     continue
                 except Exception:
                     # The work failed: a repeat of a write that was committed (by an
@@ -362,16 +366,22 @@ class Transactions:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
                 async with single.connect() as conn:
-                    # Set here, not as the engine's option (applied while connecting): a
-                    # cancellation while the driver sets it (psycopg awaits) still gives
-                    # the connection back, and the pool resets it.
-                    await dialects.set_characteristics(conn, {"isolation_level": "AUTOCOMMIT"})
+                    if self.backend.single_append_autocommit:
+                        # Set here, not as the engine's option (applied while connecting): a
+                        # cancellation while the driver sets it (psycopg awaits) still gives
+                        # the connection back, and the pool resets it.
+                        await dialects.set_characteristics(conn, {"isolation_level": "AUTOCOMMIT"})
                     # The statement commits itself: once sent, its outcome is the COMMIT's
                     # (unless the driver knows its connection closed: then it sends nothing).
                     raw = await conn.get_raw_connection()
                     committing = not self.backend.connection_closed(raw.driver_connection)
                     result = await work(conn)
                     committed = True
+                    if not self.backend.single_append_autocommit:
+                        # It ended its own transaction (dialects.TRANSACTION_ENDED): this
+                        # COMMIT sends nothing, and the pool's reset need not roll back.
+                        await conn.commit()
+                        conn.info[dialects.COMMITTED] = True
                     if after is not None and result is not None:
                         await after(conn)
                 return result

@@ -495,8 +495,8 @@ async def ledger_state(storage: object, session_id: str) -> LedgerState:
 
 #: Points where a ``hang`` writer stops inside its append transaction: right after
 #: the statement that advances the counter row (on PostgreSQL the one statement of
-#: the append, on SQLite before the message insert, on MySQL the procedure's ``CALL``
-#: or, before revision 0008, the counter upsert), and right before COMMIT.
+#: the append, on SQLite before the message insert, on MySQL revision 0008's
+#: procedure's ``CALL`` or, before it, the counter upsert), and right before COMMIT.
 #: Where the append is one statement that commits itself (``ledger.single_append``),
 #: it has no such points: the writer gives it a title to set, which takes the
 #: transaction.
@@ -516,6 +516,7 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
     from sqlalchemy import event
     from zett_agent.messages import UserMessage
 
+    from chatledger.dialects import TRANSACTION_ENDED
     from chatledger.zett import LedgerSessionStorage
 
     async with LedgerSessionStorage(dsn) as storage:
@@ -525,7 +526,12 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
 
             @event.listens_for(engine, "after_cursor_execute")
             def _after(conn: Connection, cursor: object, statement: str, *args: object) -> None:
-                in_transaction = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+                # Not the statement that commits itself: in autocommit, or (MySQL)
+                # revision 0009's procedure, which ends its own transaction.
+                in_transaction = (
+                    conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+                    and "chatledger_append_committed" not in statement
+                )
                 words = statement.upper().split()
                 advances = "INSERT" in words and "agent_sessions" in statement
                 if in_transaction and (advances or words[:1] == ["CALL"]):
@@ -534,8 +540,10 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
         elif point == "before-commit":
 
             @event.listens_for(engine, "commit")
-            def _commit(conn: object) -> None:
-                _stop_here()
+            def _commit(conn: Connection) -> None:
+                # Not the COMMIT of a transaction its statement ended (it sends nothing).
+                if not conn.info.get(TRANSACTION_ENDED):
+                    _stop_here()
 
         else:
             raise SystemExit(f"unknown hang point {point!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from . import mysql, postgresql, sqlite
 from .base import (
+    TRANSACTION_ENDED,
     Appender,
     Backend,
     CollationReader,
@@ -88,6 +89,7 @@ __all__ = [
     "GALERA_SYNC_WAIT_READS",
     "SCHEMA_LOCK_KEY",
     "SQLITE_WAL_LIMIT",
+    "TRANSACTION_ENDED",
     "Appender",
     "Backend",
     "CollationReader",

@@ -73,6 +73,12 @@ ReinSaver = Callable[[AsyncConnection, dict[str, Any], bool], Awaitable[int | No
 RoutineCheck = Callable[[AsyncConnection], Awaitable[bool]]
 
 
+#: The key of a connection's ``info`` an appender sets when its statement ended the
+#: transaction on the server (committed or rolled back, nothing run after it): the
+#: transaction's ``COMMIT`` then sends nothing (:func:`chatledger.dialects.configure_engine`).
+TRANSACTION_ENDED = "chatledger_transaction_ended"
+
+
 class RoutineRefused(Exception):
     """Raised by a :attr:`Backend.counted_append` whose routine the server refused
     (dropped, another signature, no longer the login's to call) before it ran anything:
@@ -373,13 +379,23 @@ class Backend:
 
     #: The append: sequence allocation on the counter row and the message insert.
     append_message: Appender = field(default=_lacking("append_message"), metadata=_REQUIRED)
-    #: The append as one statement committed by itself (the ledger runs it in
-    #: autocommit): it moves along the counter row of a live session whose parent and
-    #: given fields are the stored ones, and returns ``None``, writing nothing, for any
-    #: other, which :attr:`append_message` then appends in a transaction. One round trip
-    #: where a transaction costs three (``BEGIN``, the statement, ``COMMIT``). ``None``:
-    #: the backend has none.
+    #: The append as one statement committed by itself: it moves along the counter row
+    #: of a live session whose parent and given fields are the stored ones, and returns
+    #: ``None``, writing nothing, for any other, which :attr:`append_message` then
+    #: appends in a transaction. One round trip where a transaction costs two or three
+    #: (``BEGIN``, the statement, ``COMMIT``). The ledger runs it in autocommit, or
+    #: (:attr:`single_append_autocommit` ``False``) as the first statement of a
+    #: transaction that the statement itself commits (MySQL: revision 0009's
+    #: procedure), which then marks the connection :data:`TRANSACTION_ENDED`.
+    #: ``None``: the backend has none.
     single_append: Appender | None = None
+    #: Whether the schema has the routine :attr:`single_append` needs and this ledger
+    #: may use it, asked once per ledger at its schema check, as
+    #: :attr:`append_routine_usable`. ``None``: it needs none.
+    single_append_usable: RoutineCheck | None = None
+    #: Whether :attr:`single_append` runs in autocommit (``False``: it commits its own
+    #: transaction).
+    single_append_autocommit: bool = True
     #: The append on a schema with the routine that serves it (SQLite: revision 0007's
     #: trigger, which moves the counter row along with the raw log; MySQL: revision
     #: 0008's procedure), found by :attr:`append_routine_usable`: one statement where it

@@ -110,6 +110,7 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
         skip = skips_reset(backend, record, state)
         if record is not None:
             record.info.pop(COMMITTED, None)
+            record.info.pop(base.TRANSACTION_ENDED, None)
         if not skip and transaction_open(dbapi_connection):
             dialect.do_rollback(dbapi_connection)  # what the pool's own reset calls
             if exact and transaction_open(dbapi_connection):
@@ -132,6 +133,35 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
 
     if explicit_begin:
         _begin_explicitly(engine)
+    if backend.single_append is not None and not backend.single_append_autocommit:
+        _spare_ended_commits(engine)
+
+
+def _spare_ended_commits(engine: AsyncEngine) -> None:
+    """The ``COMMIT`` of a transaction whose statement ended it on the server
+    (:data:`base.TRANSACTION_ENDED`, set on the connection by the appender once the
+    statement's answer was read) sends nothing: the engine's dialect (its own, made
+    with the engine) skips that one call. A rollback is always sent."""
+    dialect = engine.sync_engine.dialect
+    commit, rollback = dialect.do_commit, dialect.do_rollback
+
+    def ended(dbapi_connection: Any) -> bool:
+        try:  # a pooled connection's info; an ad hoc one (first connect) has none
+            info = dbapi_connection.info
+        except (AttributeError, NotImplementedError):
+            return False
+        return bool(info.pop(base.TRANSACTION_ENDED, False))
+
+    def do_commit(dbapi_connection: Any) -> None:
+        if not ended(dbapi_connection):
+            commit(dbapi_connection)
+
+    def do_rollback(dbapi_connection: Any) -> None:
+        ended(dbapi_connection)
+        rollback(dbapi_connection)
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign]
+    dialect.do_rollback = do_rollback  # type: ignore[method-assign]
 
 
 def _begin_explicitly(engine: AsyncEngine) -> None:

@@ -34,6 +34,7 @@ from .appends import MESSAGE_COLUMNS, MESSAGE_INSERT, SESSION_BINDS, append_para
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
+    TRANSACTION_ENDED,
     Backend,
     Collations,
     OfflineScript,
@@ -109,17 +110,18 @@ _REFUSALS = frozenset({1305, 1318, 1370})
 _REFUSED_NAME = re.compile(rf"\.{_APPEND_PROCEDURE}\b")
 
 
-def _procedure_call() -> Any:
-    """``CALL chatledger_append(:s_id, .., :m_updated_at)``: the parameters of
-    :func:`append_params`, in the procedure's order, each bound with its column's type."""
+def _procedure_call(procedure: str) -> Any:
+    """``CALL procedure(:s_id, .., :m_updated_at)``: the parameters of
+    :func:`append_params`, in the order of revisions 0008's and 0009's procedures, each
+    bound with its column's type."""
     parameters = [bindparam(f"s_{name}", type_=sessions_table.c[name].type) for name in SESSION_BINDS] + [
         bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS
     ]
     names = ", ".join(f":{parameter.key}" for parameter in parameters)
-    return text(f"CALL {_APPEND_PROCEDURE}({names})").bindparams(*parameters)
+    return text(f"CALL {procedure}({names})").bindparams(*parameters)
 
 
-_PROCEDURE_CALL = _procedure_call()
+_PROCEDURE_CALL = _procedure_call(_APPEND_PROCEDURE)
 
 
 async def _append_mysql_called(
@@ -133,14 +135,47 @@ async def _append_mysql_called(
     connection), is too (:func:`execute_call`).
 
     :raises RoutineRefused: the server refused the procedure itself (:data:`_REFUSALS`)."""
+    return await _call(conn, _PROCEDURE_CALL, _REFUSED_NAME, append_params(values, row, now))
+
+
+async def _call(
+    conn: AsyncConnection, call: Any, refused_name: re.Pattern[str], params: dict[str, Any]
+) -> int | None:
+    """One append procedure's ``CALL`` and its one row, the sequence or ``NULL``.
+
+    :raises RoutineRefused: the server refused the procedure itself (:data:`_REFUSALS`)."""
     try:
-        result = await execute_call(conn, _PROCEDURE_CALL, append_params(values, row, now))
+        result = await execute_call(conn, call, params)
     except DBAPIError as error:
-        if error_code(error) in _REFUSALS and _REFUSED_NAME.search(str(error.orig)):
+        if error_code(error) in _REFUSALS and refused_name.search(str(error.orig)):
             raise RoutineRefused(error) from error
         raise
     sequence = result.scalar_one()
     return None if sequence is None else int(sequence)
+
+
+#: Revision 0009's procedure: the append to a session it only moves along, committed.
+_COMMITTED_PROCEDURE = "chatledger_append_committed"
+_COMMITTED_CALL = _procedure_call(_COMMITTED_PROCEDURE)
+_COMMITTED_NAME = re.compile(rf"\.{_COMMITTED_PROCEDURE}\b")
+
+
+async def _single_append_mysql(
+    conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
+) -> int | None:
+    """MySQL/MariaDB with revision 0009's procedure: the append in one ``CALL`` that
+    begins, makes and commits its own transaction, on a session whose counter row it
+    only moves along (a live session with the given parent and fields); ``None``: not
+    such a session, and the procedure rolled back having written nothing. The ledger
+    runs it as the first statement of a connection (its ``START TRANSACTION`` commits
+    any transaction open), and once its row is read, the transaction's ``COMMIT``
+    sends nothing (:data:`TRANSACTION_ENDED`). A failure inside it leaves its
+    transaction open: the connection's rollback undoes it.
+
+    :raises RoutineRefused: the server refused the procedure itself (:data:`_REFUSALS`)."""
+    sequence = await _call(conn, _COMMITTED_CALL, _COMMITTED_NAME, append_params(values, row, now))
+    conn.info[TRANSACTION_ENDED] = True
+    return sequence
 
 
 #: The procedure's probe: with a ``NULL`` session id it returns one row and does nothing
@@ -152,6 +187,11 @@ _APPEND_PROCEDURE_PROBE = (
 )
 
 
+async def _galera(conn: AsyncConnection) -> bool:
+    wsrep = (await conn.execute(text("SHOW GLOBAL VARIABLES LIKE 'wsrep\\_on'"))).first()
+    return wsrep is not None and str(wsrep[1]).upper() == "ON"
+
+
 async def _append_procedure_usable(conn: AsyncConnection) -> bool:
     """Whether this ledger appends through revision 0008's procedure: the login may call
     it, and the server is no Galera node (``wsrep_on``). Galera's abort of a transaction
@@ -160,10 +200,22 @@ async def _append_procedure_usable(conn: AsyncConnection) -> bool:
     or the node hang waiting on it (codership mysql-wsrep issues 191 and 336; Percona
     PXC-3243); with it, about one run in ten of the Galera step saw one session's appends
     stall past the retry budget. On Galera the append keeps its two statements."""
-    wsrep = (await conn.execute(text("SHOW GLOBAL VARIABLES LIKE 'wsrep\\_on'"))).first()
-    if wsrep is not None and str(wsrep[1]).upper() == "ON":
+    if await _galera(conn):
         return False
     return (await execute_call(conn, text(_APPEND_PROCEDURE_PROBE))).first() is not None
+
+
+#: Revision 0009's probe, as :data:`_APPEND_PROCEDURE_PROBE`: it returns before it
+#: begins a transaction.
+_COMMITTED_PROBE = _APPEND_PROCEDURE_PROBE.replace(_APPEND_PROCEDURE, _COMMITTED_PROCEDURE, 1)
+
+
+async def _committed_procedure_usable(conn: AsyncConnection) -> bool:
+    """Whether this ledger appends through revision 0009's procedure: the login may call
+    it, and the server is no Galera node (as :func:`_append_procedure_usable`)."""
+    if await _galera(conn):
+        return False
+    return (await execute_call(conn, text(_COMMITTED_PROBE))).first() is not None
 
 
 async def _save_rein_mysql(conn: AsyncConnection, values: dict[str, Any], only_if_absent: bool) -> int | None:
@@ -535,6 +587,9 @@ AIOMYSQL = Backend(
     append_message=_append_mysql,
     counted_append=_append_mysql_called,
     append_routine_usable=_append_procedure_usable,
+    single_append=_single_append_mysql,
+    single_append_usable=_committed_procedure_usable,
+    single_append_autocommit=False,
     save_rein_session=_save_rein_mysql,
     greatest=func.greatest,
     # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed

@@ -47,7 +47,7 @@ class RoundTrips:
         self._listeners: list[tuple[Any, str, Callable[..., None], dict[str, Any]]] = [
             (self._engine, "before_cursor_execute", self._statement, {}),
             (self._engine, "begin", self._begin, {}),
-            (self._engine, "commit", self._end, {}),
+            (self._engine, "commit", self._commit, {}),
             (self._engine, "rollback", self._end, {}),
             # Before chatledger's own reset listener, which ends the transaction.
             (self._engine, "reset", self._reset, {"insert": True}),
@@ -98,6 +98,13 @@ class RoundTrips:
         # In autocommit (a statement that commits itself) the driver sends neither.
         self._autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
         self._began = self._backend.begin_round_trip and not self._autocommit
+
+    def _commit(self, conn: Any) -> None:
+        # The COMMIT of a transaction its statement ended on the server sends nothing.
+        if conn.info.get(dialects.TRANSACTION_ENDED, False):
+            self._began = False
+        else:
+            self._end(conn)
 
     def _end(self, _conn: Any) -> None:
         # A transaction that sent nothing ends without a round trip.
