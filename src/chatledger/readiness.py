@@ -159,7 +159,9 @@ class Readiness:
             ):
                 raise
             logger.info(
-                "%s: the append routine is not usable by this login, so appends take the longer form (%s)",
+                "%s: an append routine is not usable by this login, so appends take the longer form "
+                "(%s); on MySQL/MariaDB, GRANT EXECUTE on the database to the login for the shorter "
+                '(docs/deploying.md, "Two roles: owner and runtime")',
                 display(self.url),
                 error.orig,
             )
