@@ -9,8 +9,10 @@
   change) it leaves alone, and the transaction's append decides as before.
 * A statement failing inside it (the repeat of a message id) leaves nothing behind:
   its transaction is rolled back, the repeat returns the stored sequence.
-* The connection lost, or the call cancelled, after its COMMIT: the append stands,
-  once, and a repeat with its message id returns it.
+* The connection lost, the call interrupted (a time limit, ``KILL QUERY``) or
+  cancelled after its COMMIT: the append stands, once, and a repeat with its message
+  id returns it; never reported as "nothing committed".
+* Its fields compare as utf8mb4 whatever the column's character set.
 * Dropped or given other parameters after the ledger's schema check: the append that
   finds it so is made by the transaction, as every later one.
 """
@@ -28,7 +30,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
-from chatledger import SessionDeleted
+from chatledger import OutcomeUnknown, SessionDeleted
 from chatledger.dialects.appends import MESSAGE_COLUMNS, SESSION_BINDS
 from chatledger.migrate import head_revision, upgrade_database
 from chatledger.schema import raw_messages_table, sessions_table
@@ -192,6 +194,50 @@ async def test_a_connection_lost_after_its_commit_is_settled(database: Database,
             assert storage.ledger.retries == 1
             assert await storage.append("lost", "r", UserMessage(content="three")) == 3
             await gap_free(storage, "lost", 3)
+
+
+#: What the server may report once the procedure has committed: a statement's time
+#: limit or KILL QUERY ending the call (ER_QUERY_INTERRUPTED).
+INTERRUPTED = "SIGNAL SQLSTATE '70100' SET MYSQL_ERRNO = 1317, MESSAGE_TEXT = 'interrupted (test)'"
+
+
+@pytest.mark.requires("append_procedure")
+async def test_an_interruption_after_its_commit_is_settled(database: Database, tmp_path: Path) -> None:
+    """A transient code out of the call, not one of a lock wait: the append may have
+    been committed. Settled before any retry; with no budget left, its outcome is
+    unknown (never "nothing committed"), and the repeat with its id returns it."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        await _after_the_commit_once(url, INTERRUPTED)
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("interrupted", "r", UserMessage(content="one")) == 1
+            assert await storage.append("interrupted", "r", UserMessage(content="two")) == 2
+            assert storage.ledger.retries == 1
+            await gap_free(storage, "interrupted", 2)
+        await execute(url, "DELETE FROM failed_once")
+        async with LedgerSessionStorage(url, retry_timeout=0) as storage:
+            message_id = str(uuid.uuid4())
+            with pytest.raises(OutcomeUnknown):
+                await storage.append("interrupted", "r", UserMessage(content="three"), message_id=message_id)
+            repeat = UserMessage(content="three")
+            assert await storage.append("interrupted", "r", repeat, message_id=message_id) == 3
+            await gap_free(storage, "interrupted", 3)
+
+
+@pytest.mark.requires("append_procedure")
+async def test_fields_compare_as_utf8mb4_in_a_column_of_another_character_set(
+    database: Database, tmp_path: Path
+) -> None:
+    """A title column changed by hand to latin1: its bytes for 'Ã©' are UTF-8's for
+    'é', yet the two titles differ, and the append given 'é' sets it."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        await execute(url, "ALTER TABLE agent_sessions MODIFY title VARCHAR(200) CHARACTER SET latin1 NULL")
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("latin1", "r", UserMessage(content="one"), title="Ã©") == 1
+            assert await storage.append("latin1", "r", UserMessage(content="two"), title="é") == 2
+            summary = await storage.get_session("latin1")
+            assert summary is not None and summary.title == "é"
 
 
 @pytest.mark.requires("append_procedure")

@@ -8,7 +8,7 @@ transaction's ``COMMIT`` took two. The procedure, called with no transaction ope
 1. ``START TRANSACTION``;
 2. ``UPDATE agent_sessions`` of the session's counter row, only if the session is live
    (``deleted_at IS NULL``), has the given parent, and has the given title and agent
-   name already (``NULL``: any), byte for byte: ``last_sequence`` goes up by one (the
+   name already (``NULL``: any), byte for byte in utf8mb4: ``last_sequence`` goes up by one (the
    new sequence, read back through ``LAST_INSERT_ID(expr)``) and ``updated_at`` becomes
    the later of the stored and the given instant, what revision 0008's counter upsert
    does to such a row;
@@ -110,9 +110,10 @@ def _message_insert() -> str:
     return f"INSERT INTO raw_messages ({columns}, sequence) VALUES ({values}, v_sequence)"
 
 
-#: The fields compare byte for byte (``CAST .. AS BINARY``), whatever the columns'
-#: collation: equal bytes are the same value under any collation, and a title that
-#: differs only under a case-folding one goes to the counter upsert, which decides.
+#: The fields compare byte for byte as utf8mb4 (``CONVERT .. USING utf8mb4``, then
+#: ``CAST .. AS BINARY``), whatever the columns' character set and collation: equal
+#: bytes are the same value under any collation, and a title that differs only under a
+#: case-folding one goes to the counter upsert, which decides.
 #: ``ROW_COUNT()`` is 1 when the row moved: ``last_sequence`` always changes.
 APPEND_PROCEDURE = f"""CREATE PROCEDURE chatledger_append_committed(
 {_parameters()}
@@ -130,8 +131,9 @@ body: BEGIN
   UPDATE agent_sessions
   SET last_sequence = LAST_INSERT_ID(last_sequence + 1), updated_at = GREATEST(updated_at, s_updated_at)
   WHERE id = s_id AND parent_session_id <=> s_parent_session_id AND deleted_at IS NULL
-    AND (s_title IS NULL OR CAST(title AS BINARY) <=> CAST(s_title AS BINARY))
-    AND (s_agent_name IS NULL OR CAST(agent_name AS BINARY) <=> CAST(s_agent_name AS BINARY));
+    AND (s_title IS NULL OR CAST(CONVERT(title USING utf8mb4) AS BINARY) <=> CAST(s_title AS BINARY))
+    AND (s_agent_name IS NULL
+      OR CAST(CONVERT(agent_name USING utf8mb4) AS BINARY) <=> CAST(s_agent_name AS BINARY));
   IF ROW_COUNT() = 1 THEN
     SET v_sequence = LAST_INSERT_ID();
     {_message_insert()};

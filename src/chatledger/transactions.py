@@ -423,8 +423,17 @@ class Transactions:
                     f"`chatledger adopt --dsn {dsn}`). The server said: {error.orig}"
                 ) from error
             if failure is dialects.Failure.TRANSIENT:
-                # Even out of the COMMIT: the server rolled the transaction back.
-                raise _Retry(error, dialects.error_code(error)) from error
+                # Even out of the COMMIT: the server rolled the transaction back. But a
+                # statement that commits its own transaction may be interrupted once it
+                # has committed (a time limit, KILL QUERY): unknown, as a lost COMMIT.
+                ambiguous = (
+                    autocommit
+                    and committing
+                    and not self.backend.single_append_autocommit
+                    and dialects.error_code(error, self.backend)
+                    not in self.backend.single_append_rolled_back_codes
+                )
+                raise _Retry(error, dialects.error_code(error), ambiguous=ambiguous) from error
             if failure is dialects.Failure.CONNECTION:
                 code = dialects.error_code(error)
                 # A statement that commits itself, answered by the end of the idle session

@@ -396,6 +396,12 @@ class Backend:
     #: Whether :attr:`single_append` runs in autocommit (``False``: it commits its own
     #: transaction).
     single_append_autocommit: bool = True
+    #: Of :attr:`transient_codes`, those a :attr:`single_append` that commits its own
+    #: transaction meets only before its ``COMMIT`` (a deadlock, a lock wait), so it
+    #: wrote nothing; any other transient failure of it (a statement's time limit or
+    #: ``KILL QUERY``, which the server may report once the procedure has committed)
+    #: leaves its outcome unknown, as a lost ``COMMIT`` does: settled before a retry.
+    single_append_rolled_back_codes: frozenset[str | int] = frozenset()
     #: The append on a schema with the routine that serves it (SQLite: revision 0007's
     #: trigger, which moves the counter row along with the raw log; MySQL: revision
     #: 0008's procedure), found by :attr:`append_routine_usable`: one statement where it

@@ -590,6 +590,10 @@ AIOMYSQL = Backend(
     single_append=_single_append_mysql,
     single_append_usable=_committed_procedure_usable,
     single_append_autocommit=False,
+    # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_CHECKREAD: raised by the procedure's
+    # UPDATE or INSERT, before its COMMIT (never on Galera, where a certification
+    # failure comes out of the COMMIT: chatledger does not use it there).
+    single_append_rolled_back_codes=frozenset({1213, 1205, 1020}),
     save_rein_session=_save_rein_mysql,
     greatest=func.greatest,
     # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed
