@@ -96,7 +96,11 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     one the rollback fails on, or leaves in a transaction, is discarded by the pool.
     Where the driver's state misses a read's transaction (MySQL), only a connection
     whose last act was a successful COMMIT (:data:`COMMITTED`, set by the ledger's
-    transactions) or SQLAlchemy's own rollback skips it."""
+    transactions) or SQLAlchemy's own rollback skips it.
+
+    A backend whose :attr:`Backend.single_append` commits its own transaction (MySQL:
+    revision 0009's procedure) gets :func:`_spare_ended_commits`: the ``COMMIT`` after
+    it sends nothing."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)
     explicit_begin = backend.explicit_begin
