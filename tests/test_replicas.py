@@ -27,6 +27,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 from zett_agent.messages import UserMessage
 
+from chatledger import ConfigurationError
 from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
@@ -67,14 +68,23 @@ def _dsn(url: URL) -> str:
 
 async def _caught_up(primary: URL, replica: URL) -> None:
     """Wait until a replica has applied everything the primary holds (the migration)."""
-    ledger = Ledger(primary, read_dsn=_dsn(replica), replica_wait=SERVER_TIMEOUT)
-    try:
-        # A write of nothing still reads the primary's position after its COMMIT.
-        await ledger.write(lambda conn: conn.scalar(text("SELECT 1")), session="caught-up")
-        await ledger.read(lambda conn: conn.scalar(text("SELECT 1")), replica=True, session="caught-up")
-        assert ledger.replica_reads.served == 1, f"{replica} did not catch up within {SERVER_TIMEOUT} s"
-    finally:
-        await ledger.close()
+    deadline = time.monotonic() + SERVER_TIMEOUT
+    while True:
+        ledger = Ledger(primary, read_dsn=_dsn(replica), replica_wait=SERVER_TIMEOUT)
+        try:
+            # A write of nothing still reads the primary's position after its COMMIT.
+            await ledger.write(lambda conn: conn.scalar(text("SELECT 1")), session="caught-up")
+            await ledger.read(lambda conn: conn.scalar(text("SELECT 1")), replica=True, session="caught-up")
+            assert ledger.replica_reads.served == 1, f"{replica} did not catch up within {SERVER_TIMEOUT} s"
+            return
+        except ConfigurationError:
+            # PostgreSQL: the database itself not yet replayed on the replica, so there
+            # is no connecting to it to wait there.
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+        finally:
+            await ledger.close()
 
 
 @pytest.fixture
