@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,23 +38,14 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.appends import gap_free, mix_old_and_new, record_statements
 from .support.facts import logins_of
-from .support.schema_helpers import MIGRATIONS, dsn_of, execute, fresh_database
+from .support.schema_helpers import dsn_of, execute, fresh_database, revision_module
 
 SESSIONS = 3
 APPENDS = 12  # per writer and session
 
 
-def _revision_0008() -> Any:
-    (path,) = (MIGRATIONS / "versions").glob("0008_*.py")
-    spec = importlib.util.spec_from_file_location("revision_0008", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_procedure_takes_the_append_parameters_in_order() -> None:
-    module = _revision_0008()
+    module = revision_module("0008")
     assert [name for name, _ in module.SESSION_PARAMETERS] == list(SESSION_BINDS)
     assert [name for name, _ in module.MESSAGE_PARAMETERS] == list(MESSAGE_COLUMNS)
 
@@ -204,7 +194,7 @@ async def _after_the_row_once(url: URL, statement: str) -> None:
     """Put the real procedure under another name, behind one that calls it and then,
     on the first append only, runs ``statement``: after the row, before the call's
     closing status. The flag table is MyISAM, so a rollback keeps its row."""
-    module = _revision_0008()
+    module = revision_module("0008")
     names = ", ".join(
         [f"s_{name}" for name, _ in module.SESSION_PARAMETERS]
         + [f"m_{name}" for name, _ in module.MESSAGE_PARAMETERS]

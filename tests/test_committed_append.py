@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import uuid
 from pathlib import Path
 from typing import Any
@@ -38,20 +37,11 @@ from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
 from .support.appends import gap_free, record_statements
-from .support.schema_helpers import MIGRATIONS, execute, fresh_database
-
-
-def _revision(number: str) -> Any:
-    (path,) = (MIGRATIONS / "versions").glob(f"{number}_*.py")
-    spec = importlib.util.spec_from_file_location(f"revision_{number}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .support.schema_helpers import execute, fresh_database, revision_module
 
 
 def test_the_procedure_takes_revision_0008s_parameters() -> None:
-    committed, called = _revision("0009"), _revision("0008")
+    committed, called = revision_module("0009"), revision_module("0008")
     assert committed.SESSION_PARAMETERS == called.SESSION_PARAMETERS
     assert committed.MESSAGE_PARAMETERS == called.MESSAGE_PARAMETERS
     assert [name for name, _ in committed.SESSION_PARAMETERS] == list(SESSION_BINDS)
@@ -156,7 +146,7 @@ async def _after_the_commit_once(url: URL, statement: str) -> None:
     """Put the real procedure under another name, behind one that calls it and then, on
     the first append it commits only, runs ``statement``: after the COMMIT and the row,
     before the call's closing status. The flag table is MyISAM: no transaction keeps it."""
-    module = _revision("0009")
+    module = revision_module("0009")
     names = ", ".join(
         [f"s_{name}" for name, _ in module.SESSION_PARAMETERS]
         + [f"m_{name}" for name, _ in module.MESSAGE_PARAMETERS]

@@ -5,6 +5,7 @@ and the real ``alembic`` command line."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
 import sys
@@ -205,3 +206,13 @@ async def run_alembic(url: URL, *arguments: str, config: Path | None = None) -> 
 def dsn_of(url: URL) -> str:
     """The URL as a DSN string, password included (what a user would type)."""
     return url.render_as_string(hide_password=False)
+
+
+def revision_module(number: str) -> Any:
+    """The frozen revision file ``<number>_*.py``, loaded as a module."""
+    (path,) = (MIGRATIONS / "versions").glob(f"{number}_*.py")
+    spec = importlib.util.spec_from_file_location(f"revision_{number}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
