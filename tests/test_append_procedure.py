@@ -185,9 +185,9 @@ AFTER_THE_ROW = {
 
 
 async def _without_the_committed_append(url: URL) -> None:
-    """Every append through revision 0008's procedure: revision 0009's, which makes the
+    """Every append through revision 0008's procedure: revision 0010's, which makes the
     append to a session it only moves along, dropped before any ledger checks for it."""
-    await execute(url, "DROP PROCEDURE chatledger_append_committed")
+    await execute(url, "DROP PROCEDURE chatledger_append_committed_v2")
 
 
 async def _after_the_row_once(url: URL, statement: str) -> None:

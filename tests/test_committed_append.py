@@ -1,4 +1,5 @@
-"""Revision 0009's procedure (MySQL/MariaDB): the append that commits itself.
+"""Revision 0010's procedure (MySQL/MariaDB): the append that commits itself, its row
+sent before its COMMIT.
 
 * Its parameters are revision 0008's, which are the append's in the order the code
   binds them.
@@ -12,6 +13,8 @@
 * The connection lost, the call interrupted (a time limit, ``KILL QUERY``) or
   cancelled after its COMMIT: the append stands, once, and a repeat with its message
   id returns it; never reported as "nothing committed".
+* Its row comes before its COMMIT: lost or interrupted between the two, the append was
+  not committed, and is made again, once; the row read is not taken as its answer.
 * Its fields compare as utf8mb4 whatever the column's character set.
 * Dropped or given other parameters after the ledger's schema check: the append that
   finds it so is made by the transaction, as every later one.
@@ -41,7 +44,7 @@ from .support.schema_helpers import execute, fresh_database, revision_module
 
 
 def test_the_procedure_takes_revision_0008s_parameters() -> None:
-    committed, called = revision_module("0009"), revision_module("0008")
+    committed, called = revision_module("0010"), revision_module("0008")
     assert committed.SESSION_PARAMETERS == called.SESSION_PARAMETERS
     assert committed.MESSAGE_PARAMETERS == called.MESSAGE_PARAMETERS
     assert [name for name, _ in committed.SESSION_PARAMETERS] == list(SESSION_BINDS)
@@ -91,7 +94,7 @@ async def test_an_append_it_moves_along_is_one_call_committed_by_itself(database
         for sequence in (2, 3):
             assert await storage.append(session, "r", UserMessage(content="more"), title="kept") == sequence
             assert await _stored(database.url, session) == (sequence, sequence)
-        assert [statement.split("(")[0] for statement in sent] == ["CALL chatledger_append_committed"] * 2
+        assert [statement.split("(")[0] for statement in sent] == ["CALL chatledger_append_committed_v2"] * 2
         assert storage.ledger.engine.pool.checkedout() == 0
         assert await _open_transactions(storage) == 0
         await gap_free(storage, session, 3)
@@ -107,7 +110,7 @@ async def test_what_it_does_not_move_along_takes_the_transaction(database: Datab
         # A new session: the procedure writes nothing; the transaction's CALL makes it
         # (and looks up the high-water mark of a purged tombstone).
         assert [statement.split("(")[0] for statement in sent[:2]] == [
-            "CALL chatledger_append_committed",
+            "CALL chatledger_append_committed_v2",
             "CALL chatledger_append",
         ]
         assert len(sent) == 3
@@ -146,7 +149,7 @@ async def _after_the_commit_once(url: URL, statement: str) -> None:
     """Put the real procedure under another name, behind one that calls it and then, on
     the first append it commits only, runs ``statement``: after the COMMIT and the row,
     before the call's closing status. The flag table is MyISAM: no transaction keeps it."""
-    module = revision_module("0009")
+    module = revision_module("0010")
     names = ", ".join(
         [f"s_{name}" for name, _ in module.SESSION_PARAMETERS]
         + [f"m_{name}" for name, _ in module.MESSAGE_PARAMETERS]
@@ -155,10 +158,10 @@ async def _after_the_commit_once(url: URL, statement: str) -> None:
         url,
         "CREATE TABLE failed_once (done INTEGER) ENGINE=MyISAM",
         module.APPEND_PROCEDURE.replace(
-            "chatledger_append_committed(", "chatledger_append_committed_real(", 1
+            "chatledger_append_committed_v2(", "chatledger_append_committed_real(", 1
         ),
-        "DROP PROCEDURE chatledger_append_committed",
-        f"""CREATE PROCEDURE chatledger_append_committed({module._parameters()})
+        "DROP PROCEDURE chatledger_append_committed_v2",
+        f"""CREATE PROCEDURE chatledger_append_committed_v2({module._parameters()})
         BEGIN
           CALL chatledger_append_committed_real({names});
           IF s_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM failed_once)
@@ -214,6 +217,48 @@ async def test_an_interruption_after_its_commit_is_settled(database: Database, t
             await gap_free(storage, "interrupted", 3)
 
 
+async def _before_the_commit_once(url: URL, statement: str) -> None:
+    """Put a copy of the procedure in its place that, on the first append it moves
+    along only, runs ``statement`` after its row and before its COMMIT. The flag table
+    is MyISAM: no rollback takes its row back."""
+    module = revision_module("0010")
+    row_then_commit = "    SELECT v_sequence AS sequence;\n    COMMIT;"
+    assert row_then_commit in module.APPEND_PROCEDURE
+    await execute(
+        url,
+        "CREATE TABLE failed_once (done INTEGER) ENGINE=MyISAM",
+        "DROP PROCEDURE chatledger_append_committed_v2",
+        module.APPEND_PROCEDURE.replace(
+            row_then_commit,
+            "    SELECT v_sequence AS sequence;\n"
+            "    IF NOT EXISTS (SELECT 1 FROM failed_once) THEN\n"
+            f"      INSERT INTO failed_once VALUES (1);\n      {statement};\n    END IF;\n"
+            "    COMMIT;",
+        ),
+    )
+
+
+@pytest.mark.requires("append_procedure")
+@pytest.mark.parametrize("failure", ["connection lost", "interrupted"])
+async def test_its_row_is_the_answer_only_once_its_commit_is(
+    database: Database, tmp_path: Path, failure: str
+) -> None:
+    """Its row comes before its COMMIT: the connection lost, or the call interrupted,
+    between the two left nothing committed. The row read is not the answer: the append
+    is settled by its message id (not found), made again, and stored once."""
+    statement = {"connection lost": "KILL CONNECTION_ID()", "interrupted": INTERRUPTED}[failure]
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url) == head_revision()
+        async with LedgerSessionStorage(url) as storage:
+            assert await storage.append("uncommitted", "r", UserMessage(content="one")) == 1
+            await _before_the_commit_once(url, statement)
+            assert await storage.append("uncommitted", "r", UserMessage(content="two")) == 2
+            assert storage.ledger.retries == 1
+            assert await storage.append("uncommitted", "r", UserMessage(content="three")) == 3
+            assert await _open_transactions(storage) == 0
+            await gap_free(storage, "uncommitted", 3)
+
+
 @pytest.mark.requires("append_procedure")
 async def test_fields_compare_as_utf8mb4_in_a_column_of_another_character_set(
     database: Database, tmp_path: Path
@@ -266,9 +311,9 @@ async def test_a_procedure_changed_after_the_check_is_left_for_the_transaction(
         async with LedgerSessionStorage(url, retry_timeout=0) as storage:
             assert await storage.append("changed", "r", UserMessage(content="one")) == 1
             assert storage.ledger.single_append is not None
-            await execute(url, "DROP PROCEDURE chatledger_append_committed")
+            await execute(url, "DROP PROCEDURE chatledger_append_committed_v2")
             if change == "more parameters":  # as a later revision's, under this name
-                await execute(url, "CREATE PROCEDURE chatledger_append_committed(IN a INTEGER) SELECT a")
+                await execute(url, "CREATE PROCEDURE chatledger_append_committed_v2(IN a INTEGER) SELECT a")
             for sequence in (2, 3):
                 assert await storage.append("changed", "r", UserMessage(content="more")) == sequence
             assert storage.ledger.single_append is None

@@ -428,10 +428,10 @@ async def test_a_retention_delete_lost_in_its_commit_is_looked_up_and_the_run_go
 #: BEGIN of its own: sqlite3 begins the transaction with the first INSERT, which is the
 #: whole append there: revision 0007's trigger moves the counter row along. PostgreSQL:
 #: one statement committed by itself, the counter's UPDATE feeding the insert. MySQL:
-#: revision 0009's procedure, which moves the counter row along, inserts and commits.
+#: revision 0010's procedure, which moves the counter row along, inserts and commits.
 APPEND_STATEMENTS = {
     "postgresql": ["WITH"],
-    "mysql": ["CALL chatledger_append_committed("],
+    "mysql": ["CALL chatledger_append_committed_v2("],
     "sqlite": ["INSERT INTO raw_messages"],
 }
 #: An append changing the session's title or agent name: the one-statement append
@@ -442,7 +442,7 @@ APPEND_STATEMENTS = {
 CHANGING_STATEMENTS = {
     **APPEND_STATEMENTS,
     "postgresql": ["WITH", "WITH"],
-    "mysql": ["CALL chatledger_append_committed(", "CALL chatledger_append("],
+    "mysql": ["CALL chatledger_append_committed_v2(", "CALL chatledger_append("],
     "sqlite": ["INSERT INTO raw_messages", "INSERT INTO agent_sessions", "INSERT INTO raw_messages"],
 }
 #: Its round trips (SQLite: hops to aiosqlite's thread): the statements, and the BEGIN

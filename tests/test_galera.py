@@ -6,7 +6,7 @@ a write set that conflicts with one certified first is rolled back with error
 
 - appends spread over the nodes are whole: no error, gap, duplicate or lost
   acknowledgement, every node holds the same rows;
-- the append keeps its two statements, never revisions 0008's and 0009's procedures
+- the append keeps its two statements, never revisions 0008's and 0010's procedures
   (Galera's abort of a transaction inside a stored procedure is not handled as for
   statements);
 - a snapshot race has exactly one winner cluster-wide;
@@ -83,7 +83,7 @@ async def test_appends_keep_their_two_statements_on_galera(nodes: list[URL]) -> 
         assert await storage.append(fresh_name("two"), "r", UserMessage(content="one")) == 1
         assert storage.ledger.backend.counted_append is not None
         assert storage.ledger.append_message is storage.ledger.backend.append_message
-        # Nor revision 0009's, which commits inside the procedure.
+        # Nor revision 0010's, which commits inside the procedure.
         assert storage.ledger.backend.single_append is not None
         assert storage.ledger.single_append is None
 

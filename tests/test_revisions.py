@@ -4,7 +4,7 @@
   later change of :mod:`chatledger.types` cannot change what an old revision creates.
 * Revision 0001 emits, on every backend, the same DDL byte for byte as when it still
   used the live types (``tests/golden/``, recorded from that version); so do 0003,
-  0004, 0005, 0006, 0007, 0008 and 0009 (recorded when they were written).
+  0004, 0005, 0006, 0007, 0008, 0009 and 0010 (recorded when they were written).
 * The history is linear and every revision declares a valid ``compatible_from``;
   the template of ``alembic revision`` writes one and imports nothing from chatledger.
 """
@@ -254,4 +254,25 @@ async def test_revision_0009_ddl_is_as_recorded(database: Database, tmp_path: Pa
     bookkeeping = (*BOOKKEEPING, "alembic_version")
     ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
     golden = (GOLDEN / f"ddl_0009_{database.backend}.sql").read_text()
+    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+
+
+def test_revision_0010_is_expand_only() -> None:
+    """The append that commits itself, its row first: a procedure of its own name, so
+    code of earlier revisions keeps calling revision 0009's (it changes no table)."""
+    shipped = revisions()
+    before = shipped.order[shipped.order.index("0010") - 1]
+    assert shipped.compatible_from["0010"] == shipped.compatible_from[before]
+
+
+async def test_revision_0010_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
+    """The append that commits itself, its row first: ``CREATE PROCEDURE`` under a
+    strict ``sql_mode`` on MySQL, nothing elsewhere."""
+    async with fresh_database(database, tmp_path) as url:
+        assert await upgrade_database(url, "0009") == "0009"
+        with recorded_ddl() as sent:
+            assert await upgrade_database(url, "0010") == "0010"
+    bookkeeping = (*BOOKKEEPING, "alembic_version")
+    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
+    golden = (GOLDEN / f"ddl_0010_{database.backend}.sql").read_text()
     assert "".join(f"{statement}\n;\n" for statement in ours) == golden

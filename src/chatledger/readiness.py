@@ -56,7 +56,7 @@ class Readiness:
         self.append_message = self.backend.append_message
         #: The append as one statement committed by itself this ledger runs
         #: (:attr:`chatledger.dialects.Backend.single_append`), once the check found the routine it needs
-        #: (MySQL: revision 0009's procedure); ``None``: every append is a transaction.
+        #: (MySQL: revision 0010's procedure); ``None``: every append is a transaction.
         self.single_append = self.backend.single_append if self.backend.single_append_usable is None else None
         #: Set once a call found the routine refused (:class:`dialects.RoutineRefused`):
         #: the check asks no more, and the ledger keeps the counter upsert's append.

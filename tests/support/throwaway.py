@@ -527,7 +527,7 @@ async def _hang(dsn: str, session_id: str, point: str) -> None:
             @event.listens_for(engine, "after_cursor_execute")
             def _after(conn: Connection, cursor: object, statement: str, *args: object) -> None:
                 # Not the statement that commits itself: in autocommit, or (MySQL)
-                # revision 0009's procedure, which ends its own transaction.
+                # revision 0010's procedure, which ends its own transaction.
                 in_transaction = (
                     conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
                     and "chatledger_append_committed" not in statement

@@ -385,7 +385,7 @@ class Backend:
     #: appends in a transaction. One round trip where a transaction costs two or three
     #: (``BEGIN``, the statement, ``COMMIT``). The ledger runs it in autocommit, or
     #: (:attr:`single_append_autocommit` ``False``) as the first statement of a
-    #: transaction that the statement itself commits (MySQL: revision 0009's
+    #: transaction that the statement itself commits (MySQL: revision 0010's
     #: procedure), which then marks the connection :data:`TRANSACTION_ENDED`.
     #: ``None``: the backend has none.
     single_append: Appender | None = None

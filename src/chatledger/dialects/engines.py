@@ -99,7 +99,7 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     transactions) or SQLAlchemy's own rollback skips it.
 
     A backend whose :attr:`Backend.single_append` commits its own transaction (MySQL:
-    revision 0009's procedure) gets :func:`_spare_ended_commits`: the ``COMMIT`` after
+    revision 0010's procedure) gets :func:`_spare_ended_commits`: the ``COMMIT`` after
     it sends nothing."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)

@@ -112,7 +112,7 @@ _REFUSED_NAME = re.compile(rf"\.{_APPEND_PROCEDURE}\b")
 
 def _procedure_call(procedure: str) -> Any:
     """``CALL procedure(:s_id, .., :m_updated_at)``: the parameters of
-    :func:`append_params`, in the order of revisions 0008's and 0009's procedures, each
+    :func:`append_params`, in the order of revisions 0008's and 0010's procedures, each
     bound with its column's type."""
     parameters = [bindparam(f"s_{name}", type_=sessions_table.c[name].type) for name in SESSION_BINDS] + [
         bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS
@@ -154,8 +154,10 @@ async def _call(
     return None if sequence is None else int(sequence)
 
 
-#: Revision 0009's procedure: the append to a session it only moves along, committed.
-_COMMITTED_PROCEDURE = "chatledger_append_committed"
+#: Revision 0010's procedure: the append to a session it only moves along, committed,
+#: its row sent before its COMMIT (revision 0009's, which sends it after, is left to
+#: code of that revision).
+_COMMITTED_PROCEDURE = "chatledger_append_committed_v2"
 _COMMITTED_CALL = _procedure_call(_COMMITTED_PROCEDURE)
 _COMMITTED_NAME = re.compile(rf"\.{_COMMITTED_PROCEDURE}\b")
 
@@ -163,14 +165,16 @@ _COMMITTED_NAME = re.compile(rf"\.{_COMMITTED_PROCEDURE}\b")
 async def _single_append_mysql(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
-    """MySQL/MariaDB with revision 0009's procedure: the append in one ``CALL`` that
+    """MySQL/MariaDB with revision 0010's procedure: the append in one ``CALL`` that
     begins, makes and commits its own transaction, on a session whose counter row it
     only moves along (a live session with the given parent and fields); ``None``: not
     such a session, and the procedure rolled back having written nothing. The ledger
     runs it as the first statement of a connection (its ``START TRANSACTION`` commits
-    any transaction open), and once its row is read, the transaction's ``COMMIT``
-    sends nothing (:data:`TRANSACTION_ENDED`). A failure inside it leaves its
-    transaction open: the connection's rollback undoes it.
+    any transaction open). Its row comes before its ``COMMIT``, whose outcome is the
+    call's closing status, read before the call returns (:func:`execute_call`): a
+    sequence is returned only once committed. Then the transaction's ``COMMIT`` sends
+    nothing (:data:`TRANSACTION_ENDED`). A failure inside it leaves its transaction
+    open: the connection's rollback undoes it.
 
     :raises RoutineRefused: the server refused the procedure itself (:data:`_REFUSALS`)."""
     sequence = await _call(conn, _COMMITTED_CALL, _COMMITTED_NAME, append_params(values, row, now))
@@ -205,13 +209,13 @@ async def _append_procedure_usable(conn: AsyncConnection) -> bool:
     return (await execute_call(conn, text(_APPEND_PROCEDURE_PROBE))).first() is not None
 
 
-#: Revision 0009's probe, as :data:`_APPEND_PROCEDURE_PROBE`: it returns before it
+#: Revision 0010's probe, as :data:`_APPEND_PROCEDURE_PROBE`: it returns before it
 #: begins a transaction.
 _COMMITTED_PROBE = _APPEND_PROCEDURE_PROBE.replace(_APPEND_PROCEDURE, _COMMITTED_PROCEDURE, 1)
 
 
 async def _committed_procedure_usable(conn: AsyncConnection) -> bool:
-    """Whether this ledger appends through revision 0009's procedure: the login may call
+    """Whether this ledger appends through revision 0010's procedure: the login may call
     it, and the server is no Galera node (as :func:`_append_procedure_usable`)."""
     if await _galera(conn):
         return False
