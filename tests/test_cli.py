@@ -73,7 +73,7 @@ async def test_check_upgrade_current_downgrade_on_empty_database(
     out = capsys.readouterr().out
     assert f"current   {head_revision()}" in out
     compatible = revisions().compatible_from[head_revision()]
-    assert f"usable by chatledger code of revision {compatible} and newer" in out
+    assert f"usable by chatledger code of revisions {compatible} to {head_revision()}" in out
 
     assert await run(["downgrade", "--dsn", empty_dsn, "base"]) == 0
     assert "is at revision <none>" in capsys.readouterr().out

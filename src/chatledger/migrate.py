@@ -688,8 +688,9 @@ class Current:
         else:
             where = f" (in {LEGACY_VERSION_TABLE})" if self.state.legacy else ""
             lines.append(f"current   {self.state.revision}{where}")
+            # Code of a later revision needs the database upgraded first.
             usable = (
-                f"chatledger code of revision {self.state.compatible_from} and newer"
+                f"chatledger code of revisions {self.state.compatible_from} to {self.state.revision}"
                 if self.state.compatible_from
                 else "not recorded"
             )

@@ -160,7 +160,8 @@ class Readiness:
                 raise
             logger.info(
                 "%s: an append routine is not usable by this login, so appends take the longer form "
-                "(%s); on MySQL/MariaDB, GRANT EXECUTE on the database to the login for the shorter "
+                "(%s); on MySQL/MariaDB, GRANT EXECUTE on the database (or on the routine named) "
+                "to the login for the shorter "
                 '(docs/deploying.md, "Two roles: owner and runtime")',
                 display(self.url),
                 error.orig,
