@@ -195,10 +195,12 @@ async def execute_call(
     """``conn.execute(statement, params)`` for a statement whose reply ends after its rows,
     a ``CALL`` of a procedure that returns some (MySQL sends the call's own status last).
 
-    SQLAlchemy's async result reads what follows the rows when it closes the cursor
-    (``_async_soft_close``, SQLAlchemy 2.0.44 and later), outside its error handling: a
-    failure reported there (a Galera certification abort after the last row, a
-    connection lost) would reach the caller as the driver's own exception. It is raised
+    SQLAlchemy's async result reads what follows the rows when it closes the cursor,
+    before ``execute`` returns (``_async_soft_close``, SQLAlchemy 2.0.44 and later, which
+    chatledger requires: earlier ones return with it unread, and the outcome of a
+    ``COMMIT`` sent after the rows with it), outside its error handling: a failure
+    reported there (a Galera certification abort after the last row, a connection lost,
+    a failed ``COMMIT``) would reach the caller as the driver's own exception. It is raised
     as :class:`sqlalchemy.exc.DBAPIError` instead, with the connection invalidated when
     the dialect calls it a disconnect, as SQLAlchemy does for the statement itself.
 
