@@ -109,39 +109,50 @@ def recorded_ddl() -> Iterator[list[str]]:
         event.remove(Engine, "before_cursor_execute", record)
 
 
-async def test_revision_0001_ddl_is_byte_for_byte_as_recorded(database: Database, tmp_path: Path) -> None:
+def _predecessor(revision: str) -> str | None:
+    shipped = revisions()
+    index = shipped.order.index(revision)
+    return shipped.order[index - 1] if index else None
+
+
+def _keeps_compatible_from(revision: str) -> bool:
+    """Whether ``revision`` is expand-only: it records its predecessor's ``compatible_from``."""
+    shipped = revisions()
+    before = _predecessor(revision)
+    return before is not None and shipped.compatible_from[revision] == shipped.compatible_from[before]
+
+
+async def _upgrade_ddl(database: Database, tmp_path: Path, revision: str) -> str:
+    """The DDL the upgrade from ``revision``'s predecessor to it sends, chatledger's
+    bookkeeping aside, as the golden files hold it."""
+    before = _predecessor(revision)
     async with fresh_database(database, tmp_path) as url:
+        if before is not None:
+            assert await upgrade_database(url, before) == before
         with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0001") == "0001"
+            assert await upgrade_database(url, revision) == revision
     bookkeeping = (*BOOKKEEPING, "alembic_version")
     ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0001_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    return "".join(f"{statement}\n;\n" for statement in ours)
+
+
+def _golden(database: Database, revision: str) -> str:
+    return (GOLDEN / f"ddl_{revision}_{database.backend}.sql").read_text()
+
+
+async def test_revision_0001_ddl_is_byte_for_byte_as_recorded(database: Database, tmp_path: Path) -> None:
+    assert await _upgrade_ddl(database, tmp_path, "0001") == _golden(database, "0001")
 
 
 async def test_revision_0003_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The byte-exact ids: three ``ALTER TABLE .. MODIFY`` on MySQL/MariaDB, no DDL on
     PostgreSQL and SQLite (an empty golden file)."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0002") == "0002"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0003") == "0003"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0003_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0003") == _golden(database, "0003")
 
 
 async def test_revision_0004_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The rein write log: one ``CREATE TABLE`` and its index, on every backend."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0003") == "0003"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0004") == "0004"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0004_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0004") == _golden(database, "0004")
 
 
 def test_a_compatible_from_going_backwards_is_refused(tmp_path: Path) -> None:
@@ -164,115 +175,61 @@ def test_revision_0005_is_expand_only() -> None:
 
 async def test_revision_0005_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The high-water marks: one ``CREATE TABLE``, on every backend."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0004") == "0004"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0005") == "0005"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0005_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0005") == _golden(database, "0005")
 
 
 def test_revision_0006_is_expand_only() -> None:
     """The OpenAI Agents and ADK tables only add tables: earlier code keeps running on them."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0006") - 1]
-    assert shipped.compatible_from["0006"] == shipped.compatible_from[before]
+    assert _keeps_compatible_from("0004")
 
 
 async def test_revision_0006_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The OpenAI Agents and ADK tables: six ``CREATE TABLE`` and their indexes, on every backend."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0006") - 1]
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, before) == before
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0006") == "0006"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0006_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0006") == _golden(database, "0006")
 
 
 def test_revision_0007_is_expand_only() -> None:
     """The counter trigger: code of earlier revisions keeps appending correctly beside it
     (``tests/test_counter_trigger.py``)."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0007") - 1]
-    assert shipped.compatible_from["0007"] == shipped.compatible_from[before]
+    assert _keeps_compatible_from("0007")
 
 
 async def test_revision_0007_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The counter trigger: one ``CREATE TRIGGER`` on SQLite, nothing elsewhere."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0006") == "0006"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0007") == "0007"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0007_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0007") == _golden(database, "0007")
 
 
 def test_revision_0008_is_expand_only() -> None:
     """The append procedure: code of earlier revisions keeps appending correctly beside
     it (it adds a routine and changes no table)."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0008") - 1]
-    assert shipped.compatible_from["0008"] == shipped.compatible_from[before]
+    assert _keeps_compatible_from("0008")
 
 
 async def test_revision_0008_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The append procedure: ``CREATE PROCEDURE`` under a strict ``sql_mode`` on MySQL,
     nothing elsewhere."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0007") == "0007"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0008") == "0008"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0008_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0008") == _golden(database, "0008")
 
 
 def test_revision_0009_is_expand_only() -> None:
     """The append that commits itself: code of earlier revisions keeps appending
     correctly beside it (it adds a routine and changes no table)."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0009") - 1]
-    assert shipped.compatible_from["0009"] == shipped.compatible_from[before]
+    assert _keeps_compatible_from("0009")
 
 
 async def test_revision_0009_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The append that commits itself: ``CREATE PROCEDURE`` under a strict ``sql_mode``
     on MySQL, nothing elsewhere."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0008") == "0008"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0009") == "0009"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0009_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0009") == _golden(database, "0009")
 
 
 def test_revision_0010_is_expand_only() -> None:
     """The append that commits itself, its row first: a procedure of its own name, so
     code of earlier revisions keeps calling revision 0009's (it changes no table)."""
-    shipped = revisions()
-    before = shipped.order[shipped.order.index("0010") - 1]
-    assert shipped.compatible_from["0010"] == shipped.compatible_from[before]
+    assert _keeps_compatible_from("0010")
 
 
 async def test_revision_0010_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
     """The append that commits itself, its row first: ``CREATE PROCEDURE`` under a
     strict ``sql_mode`` on MySQL, nothing elsewhere."""
-    async with fresh_database(database, tmp_path) as url:
-        assert await upgrade_database(url, "0009") == "0009"
-        with recorded_ddl() as sent:
-            assert await upgrade_database(url, "0010") == "0010"
-    bookkeeping = (*BOOKKEEPING, "alembic_version")
-    ours = [statement for statement in sent if not any(table in statement for table in bookkeeping)]
-    golden = (GOLDEN / f"ddl_0010_{database.backend}.sql").read_text()
-    assert "".join(f"{statement}\n;\n" for statement in ours) == golden
+    assert await _upgrade_ddl(database, tmp_path, "0010") == _golden(database, "0010")
