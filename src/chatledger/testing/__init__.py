@@ -57,10 +57,14 @@ pytest.register_assert_rewrite(*sorted(set(CONTRACTS.values())))
 __all__ = [*CONTRACTS, "CONTRACTS", "expected_to_differ"]
 
 
-def expected_to_differ(test: Callable[..., Any], reason: str) -> Any:
+def expected_to_differ(test: Callable[..., Any], reason: str, *, racy: bool = False) -> Any:
     """``test`` (a contract class's test) as a strict ``xfail`` with ``reason``, for a
     store that differs from the contract there on purpose; the shared test itself is
     left unmarked. Assign it in the subclass under the test's own name.
+
+    ``racy``: the difference shows only when concurrent calls interleave (a lost
+    update), which a busy machine may serialize; the ``xfail`` is then not strict, so
+    a run where the race did not happen passes too.
 
     Returns:
         A ``staticmethod`` of a wrapper with the test's signature (its fixtures).
@@ -78,7 +82,7 @@ def expected_to_differ(test: Callable[..., Any], reason: str) -> Any:
         def differs(*args: Any, **kwargs: Any) -> None:
             test(*args, **kwargs)
 
-    return staticmethod(pytest.mark.xfail(reason=reason, strict=True)(differs))
+    return staticmethod(pytest.mark.xfail(reason=reason, strict=not racy)(differs))
 
 
 def __getattr__(name: str) -> Any:
