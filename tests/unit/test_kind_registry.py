@@ -151,6 +151,8 @@ def test_every_kind_states_its_own_tables_and_records() -> None:
             assert {table.name for table in kinds.record_tables(layout).values()} <= own, kind.name
         for name in own:
             assert owners.setdefault(name, kind.name) == kind.name, name
+    stores = [kind.mark_store for kind in kinds.registered()]
+    assert len(set(stores)) == len(stores), stores  # a mark store each
 
 
 def test_choosing_kinds() -> None:
