@@ -5,7 +5,9 @@ A deleted session's tombstone (zett: its counter row with ``deleted_at`` set; re
 its row with no session JSON; an OpenAI Agents session: its counter row cleared,
 ``deleted_at`` set; an ADK session: its row with ``deleted_at`` set) keeps the id
 and its last sequence and versions (docs/zett.md, "Deleting and starting again").
-:func:`purge` deletes the tombstones older than a cutoff and, in the same
+Each kind of session states which rows are its tombstones as a :class:`Tombstones`
+(:attr:`chatledger.kinds.SessionKind.tombstones`); this module knows none of them.
+:func:`purge_tombstones` deletes the tombstones older than a cutoff and, in the same
 transaction, keeps their high water in a mark
 (:mod:`chatledger.marks`): the store, a digest of the id, the last sequence and the
 version, nothing else.
