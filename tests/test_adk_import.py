@@ -21,7 +21,7 @@ from chatledger.adk import LedgerSessionService
 from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
 from chatledger.tools import cli
-from chatledger.tools.adk_import import import_adk
+from chatledger.tools.moving_in import move_in
 
 from .conftest import Database
 
@@ -92,26 +92,26 @@ async def test_adks_tables_are_imported_once_with_a_dry_run_first(database: Data
     source = await adk_store(tmp_path / "adk.sqlite3")
     expected = await adk_sessions(source)
     assert all(not key.startswith("temp:") for session in expected for key in session.state)
-    dry = await import_adk(source, database.url, dry_run=True)
-    assert (dry.sessions, dry.events, dry.states, dry.identical, dry.dry_run) == (3, 6, 3, 0, True)
+    dry = await move_in("adk", source, database.url, dry_run=True)
+    assert (dry.sessions, dry.entries, dry.states, dry.identical, dry.dry_run) == (3, 6, 3, 0, True)
     async with LedgerSessionService(database.url) as service:
         assert await service.get_session(app_name="shop", user_id="u1", session_id="s-1") is None
-        report = await import_adk(source, database.url)
+        report = await move_in("adk", source, database.url)
         # 3 sessions, 6 events; app:/user: state rows: app shop, users u1 and u2.
-        assert (report.sessions, report.events, report.states, report.skipped) == (3, 6, 3, 1)
+        assert (report.sessions, report.entries, report.states, report.skipped) == (3, 6, 3, 1)
         assert (report.identical, report.differing, report.clean) == (0, 0, True)
         for want in expected:
             got = await service.get_session(app_name=want.app_name, user_id=want.user_id, session_id=want.id)
             assert got is not None
             assert _shape(got) == _shape(want)
             assert [event.id for event in got.events] == sorted(event.id for event in got.events)
-        again = await import_adk(source, database.url)  # a re-run writes nothing
-        assert (again.sessions, again.events, again.states, again.clean) == (0, 0, 0, True)
+        again = await move_in("adk", source, database.url)  # a re-run writes nothing
+        assert (again.sessions, again.entries, again.states, again.clean) == (0, 0, 0, True)
         assert (again.identical, again.states_identical) == (3, 3)
         session = await service.get_session(app_name="shop", user_id="u2", session_id="s-1")
         assert session is not None
         await service.append_event(session, Event(author="user", invocation_id="later"))
-    changed = await import_adk(source, database.url)
+    changed = await move_in("adk", source, database.url)
     assert (changed.sessions, changed.differing, changed.clean) == (0, 1, False)
     assert (changed.identical, changed.states_identical) == (2, 3)
 
@@ -123,17 +123,17 @@ async def test_a_chatledger_database_or_one_without_adks_tables_is_refused(tmp_p
     await ledger.ensure_ready()
     await ledger.close()
     with pytest.raises(ValueError, match="is the target"):
-        await import_adk(other, other)
+        await move_in("adk", other, other)
     with pytest.raises(ConfigurationError, match="is a chatledger database"):
-        await import_adk(other, target)
+        await move_in("adk", other, target)
     empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
     (tmp_path / "empty.sqlite3").touch()
     with pytest.raises(ConfigurationError, match="has no table 'sessions'"):
-        await import_adk(empty, target)
+        await move_in("adk", empty, target)
     # A source file that does not exist is refused, never created (nor the target).
     missing = tmp_path / "nonexist.db"
     with pytest.raises(ValueError, match=f"no such file: {missing}"):
-        await import_adk(f"sqlite:///{missing}", target)
+        await move_in("adk", f"sqlite:///{missing}", target)
     assert not missing.exists() and not (tmp_path / "target.sqlite3").exists()
 
 
@@ -141,12 +141,12 @@ async def test_a_dry_run_never_creates_or_migrates_the_target(tmp_path: Path) ->
     source = await adk_store(tmp_path / "adk.sqlite3")
     missing = tmp_path / "target.sqlite3"
     with pytest.raises(ValueError, match=f"no such file: {missing}"):
-        await import_adk(source, f"sqlite:///{missing}", dry_run=True)
+        await move_in("adk", source, f"sqlite:///{missing}", dry_run=True)
     assert not missing.exists()
     (tmp_path / "empty.sqlite3").touch()
     empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
     with pytest.raises(SchemaNotReady, match="a dry run writes nothing, so it never migrates the target"):
-        await import_adk(source, empty, dry_run=True)
+        await move_in("adk", source, empty, dry_run=True)
     engine = create_async_engine(empty, poolclass=NullPool)
     try:
         async with engine.connect() as conn:

@@ -16,14 +16,14 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from chatledger import ConfigurationError, SchemaNotReady, tombstones
+from chatledger import ConfigurationError, SchemaNotReady, kinds, tombstones
 from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
 from chatledger.openai_agents import LedgerSession
 from chatledger.openai_agents import items as openai_items
 from chatledger.tools import cli
 from chatledger.tools.importer import Importer
-from chatledger.tools.openai_import import OpenAIImportReport, _read_source, import_openai_sdk
+from chatledger.tools.moving_in import move_in, source_records
 from chatledger.tools.rows import Record
 
 from .conftest import Database
@@ -44,20 +44,20 @@ async def test_the_sdks_tables_are_imported_once_with_a_dry_run_first(
     database: Database, tmp_path: Path
 ) -> None:
     source = await sdk_store(tmp_path / "sdk.sqlite3", {"alpha": 3, "beta": 5})
-    dry = await import_openai_sdk(source, database.url, dry_run=True)
-    assert (dry.imported, dry.items, dry.identical) == (2, 8, 0)
+    dry = await move_in("openai", source, database.url, dry_run=True)
+    assert (dry.sessions, dry.entries, dry.identical) == (2, 8, 0)
     ledger = Ledger(database.url)
     try:
         assert await LedgerSession("alpha", ledger=ledger).get_items() == []  # nothing written
-        report = await import_openai_sdk(source, database.url)
-        assert (report.imported, report.items, report.identical, report.differing) == (2, 8, 0, 0)
+        report = await move_in("openai", source, database.url)
+        assert (report.sessions, report.entries, report.identical, report.differing) == (2, 8, 0, 0)
         items = await LedgerSession("beta", ledger=ledger).get_items()
         assert items == [{"role": "user", "content": f"beta {n}"} for n in range(5)]
-        again = await import_openai_sdk(source, database.url)  # a re-run writes nothing
-        assert (again.imported, again.identical) == (0, 2)
+        again = await move_in("openai", source, database.url)  # a re-run writes nothing
+        assert (again.sessions, again.identical) == (0, 2)
         await LedgerSession("alpha", ledger=ledger).add_items([{"role": "user", "content": "new"}])
-        changed = await import_openai_sdk(source, database.url)
-        assert (changed.imported, changed.identical, changed.differing, changed.clean) == (0, 1, 1, False)
+        changed = await move_in("openai", source, database.url)
+        assert (changed.sessions, changed.identical, changed.differing, changed.clean) == (0, 1, 1, False)
     finally:
         await ledger.close()
 
@@ -70,14 +70,14 @@ async def test_chatledgers_own_agent_sessions_is_never_read_as_the_sdks(tmp_path
     await ledger.ensure_ready()
     await ledger.close()
     with pytest.raises(ValueError, match="is the target"):
-        await import_openai_sdk(other, other)
+        await move_in("openai", other, other)
     mixed = SQLAlchemySession.from_url("x", url=other.render_as_string(), create_tables=True)
     await mixed.get_items()  # creates agent_messages beside chatledger's agent_sessions
     await mixed.engine.dispose()
     with pytest.raises(ConfigurationError, match="is chatledger's own agent_sessions"):
-        await import_openai_sdk(other, target)
+        await move_in("openai", other, target)
     with pytest.raises(ConfigurationError, match="has no table 'nope'"):
-        await import_openai_sdk(other, target, messages_table="nope")
+        await move_in("openai", other, target, messages_table="nope")
 
 
 async def test_the_sdks_own_database_is_refused_and_kept(
@@ -146,16 +146,16 @@ async def test_a_dry_run_never_creates_or_migrates_a_target_and_a_missing_source
     source = await sdk_store(tmp_path / "sdk.sqlite3", {"delta": 1})
     missing = tmp_path / "target.sqlite3"
     with pytest.raises(ValueError, match="no such file: "):
-        await import_openai_sdk(source, f"sqlite:///{missing}", dry_run=True)
+        await move_in("openai", source, f"sqlite:///{missing}", dry_run=True)
     assert not missing.exists()
     empty = URL.create("sqlite+aiosqlite", database=str(tmp_path / "empty.sqlite3"))
     (tmp_path / "empty.sqlite3").touch()
     with pytest.raises(SchemaNotReady, match="a dry run writes nothing, so it never migrates the target"):
-        await import_openai_sdk(source, empty, dry_run=True)
+        await move_in("openai", source, empty, dry_run=True)
     assert await tables(empty) == []
     nosdk = tmp_path / "nosdk.db"
     with pytest.raises(ValueError, match=f"no such file: {nosdk}"):
-        await import_openai_sdk(f"sqlite:///{nosdk}", empty)
+        await move_in("openai", f"sqlite:///{nosdk}", empty)
     assert not nosdk.exists()
     assert await tables(empty) == []  # refused before the target was opened
 
@@ -182,12 +182,9 @@ async def test_a_live_add_during_the_import_never_interleaves(database: Database
     try:
         await LedgerSession("live-early", ledger=writer).add_items([{"role": "user", "content": "first"}])
         engine = create_async_engine(source, poolclass=NullPool)
-        report = OpenAIImportReport()
         try:
             async with engine.connect() as conn:
-                rows = await _read_source(
-                    conn, "agent_sessions", "agent_messages", report, openai_items.encode
-                )
+                rows = await source_records(kinds.OPENAI, conn, {})
                 imported = await Importer(ledger).run(with_a_live_add(rows.records()))
         finally:
             await engine.dispose()
@@ -211,15 +208,15 @@ async def test_a_purged_sessions_mark_refuses_its_import_again(database: Databas
     source = await sdk_store(tmp_path / "sdk.sqlite3", {"purged": 2})
     async with fresh_database(database, tmp_path, "openai_import") as url:
         await upgrade_database(url)
-        assert (await import_openai_sdk(source, url)).imported == 1
+        assert (await move_in("openai", source, url)).sessions == 1
         ledger = Ledger(url)
         try:
             assert await openai_items.delete_session(ledger, "purged")
             cutoff = tombstones.cutoff(timedelta(0), None)
-            assert await tombstones.purge_tombstones(ledger, tombstones.OPENAI, cutoff) == 1
+            assert await tombstones.purge_tombstones(ledger, kinds.OPENAI.tombstone_rows(), cutoff) == 1
             # Its mark keeps sequences 1-2 and generation 2: importing it again would reuse them.
-            again = await import_openai_sdk(source, url)
-            assert (again.imported, again.failed, again.clean) == (0, 1, False)
+            again = await move_in("openai", source, url)
+            assert (again.sessions, again.failed, again.clean) == (0, 1, False)
             assert again.report is not None and "tombstone purged" in again.report.problems[0]
             assert await LedgerSession("purged", ledger=ledger).get_items() == []
         finally:

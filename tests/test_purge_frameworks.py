@@ -19,7 +19,7 @@ from google.adk.errors.session_not_found_error import SessionNotFoundError
 from sqlalchemy import Table, func, select, update
 from sqlalchemy.engine import URL, Connection
 
-from chatledger import marks, retention, tombstones
+from chatledger import kinds, marks, retention, tombstones
 from chatledger.adk import LedgerSessionService
 from chatledger.adk import rows as adk_rows
 from chatledger.engine import Ledger
@@ -131,8 +131,8 @@ async def test_openai_delete_then_purge_removes_the_rows_and_the_next_add_number
     assert not await openai_items.delete_session(ledger, "never")
     assert await counter(url, openai_sessions_table, "o", "generation") == [(2, 2)]
 
-    assert await tombstones.pending(ledger, tombstones.OPENAI, now_cutoff()) == 1
-    assert await tombstones.purge_tombstones(ledger, tombstones.OPENAI, now_cutoff()) == 1
+    assert await tombstones.pending(ledger, kinds.OPENAI.tombstone_rows(), now_cutoff()) == 1
+    assert await tombstones.purge_tombstones(ledger, kinds.OPENAI.tombstone_rows(), now_cutoff()) == 1
     assert await count(url, openai_sessions_table) == 0 and await count(url, high_water_marks_table) == 1
 
     await session.add_items([item("three")])  # takes the mark: numbered on, next generation
@@ -189,7 +189,7 @@ async def test_openai_adds_racing_a_tombstone_purge_never_reuse_a_sequence(url: 
 
         cutoff = datetime.now(UTC) - timedelta(days=1)
         purged, *_ = await asyncio.gather(
-            tombstones.purge_tombstones(ledger, tombstones.OPENAI, cutoff, size=3), *map(add, ids)
+            tombstones.purge_tombstones(ledger, kinds.OPENAI.tombstone_rows(), cutoff, size=3), *map(add, ids)
         )
     finally:
         await writer.close()
@@ -223,7 +223,7 @@ async def test_adk_delete_then_purge_removes_the_rows_and_keeps_shared_state(
     assert await count(url, adk_events_table) == 0
     [(last, version)] = await counter(url, adk_sessions_table, "a", "state_version")
 
-    assert await tombstones.purge_tombstones(service.ledger, tombstones.ADK, now_cutoff()) == 1
+    assert await tombstones.purge_tombstones(service.ledger, kinds.ADK.tombstone_rows(), now_cutoff()) == 1
     assert await count(url, adk_sessions_table) == 0 and await count(url, high_water_marks_table) == 1
     assert await count(url, adk_app_states_table) == 1 and await count(url, adk_user_states_table) == 1
     with pytest.raises(SessionNotFoundError):
@@ -307,7 +307,8 @@ async def test_adk_creates_racing_a_tombstone_purge_never_reuse_a_sequence(
 
         cutoff = datetime.now(UTC) - timedelta(days=1)
         await asyncio.gather(
-            tombstones.purge_tombstones(service.ledger, tombstones.ADK, cutoff, size=3), *map(create, ids)
+            tombstones.purge_tombstones(service.ledger, kinds.ADK.tombstone_rows(), cutoff, size=3),
+            *map(create, ids),
         )
     for session_id in ids:
         [(last, version)] = before[session_id]
@@ -432,8 +433,8 @@ async def test_an_import_below_an_openai_or_adk_mark_is_refused(
     assert await cli.run(["export", "--dsn", dsn, "--output", str(exported)]) == 0
     assert await openai_items.delete_session(ledger, "x")
     assert await adk_rows.delete_session(ledger, adk_rows.Key("app", "u", "x"))
-    assert await tombstones.purge_tombstones(ledger, tombstones.OPENAI, now_cutoff()) == 1
-    assert await tombstones.purge_tombstones(ledger, tombstones.ADK, now_cutoff()) == 1
+    assert await tombstones.purge_tombstones(ledger, kinds.OPENAI.tombstone_rows(), now_cutoff()) == 1
+    assert await tombstones.purge_tombstones(ledger, kinds.ADK.tombstone_rows(), now_cutoff()) == 1
     assert await cli.run(["import", "--dsn", dsn, str(exported)]) == 1
     assert await count(url, openai_sessions_table) == 0 and await count(url, adk_sessions_table) == 0
     assert await count(url, high_water_marks_table) == 2

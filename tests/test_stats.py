@@ -21,7 +21,7 @@ from chatledger import SchemaNotReady
 from chatledger.dsn import DSN_ENV
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
-from chatledger.stats import FRAMEWORKS, SessionSize, read_stats
+from chatledger.stats import SessionSize, read_stats
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
@@ -29,7 +29,23 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.fresh import fresh_database
 
-TABLES = {"agent_sessions", "raw_messages", "session_snapshots", "rein_sessions", "rein_writes"}
+#: chatledger's own tables: every kind's, the high-water marks and the version tables.
+TABLES = {
+    "agent_sessions",
+    "raw_messages",
+    "session_snapshots",
+    "rein_sessions",
+    "rein_writes",
+    "high_water_marks",
+    "openai_sessions",
+    "openai_items",
+    "adk_sessions",
+    "adk_events",
+    "adk_app_states",
+    "adk_user_states",
+    "chatledger_alembic_version",
+    "chatledger_compatibility",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +93,7 @@ def _system(database: Database) -> str:
 async def test_read_stats_counts_sizes_and_largest(filled: URL, database: Database) -> None:
     stats = await read_stats(filled)
     assert stats.system == _system(database)
-    assert [found.name for found in stats.frameworks] == ["zett", "rein"]
+    assert [found.name for found in stats.frameworks] == ["zett", "rein", "openai", "adk"]
     zett = stats.framework("zett")
     assert zett.counts == {"sessions": 3, "deleted": 1, "raw_messages": 8, "checkpoints": 2}
     assert zett.largest == [SessionSize("big", 5), SessionSize("mid", 2), SessionSize("again", 1)]
@@ -88,14 +104,16 @@ async def test_read_stats_counts_sizes_and_largest(filled: URL, database: Databa
     assert stats.size.source
     if stats.size.tables:  # every backend here but a SQLite built without dbstat
         assert set(stats.size.tables) == TABLES
+        assert "chatledger's 14 tables" in stats.total_covers
         assert all(size > 0 for size in stats.size.tables.values())
         assert stats.size.total == sum(stats.size.tables.values())
     else:
         assert not facts_of(database.backend).server and stats.size.total and stats.size.total > 0
+        assert "the whole database file" in stats.total_covers
     assert 0 <= stats.seconds < 60
     assert "password" not in stats.database
 
-    top = await read_stats(filled, largest=1, frameworks=FRAMEWORKS[:1])
+    top = await read_stats(filled, largest=1, kinds=["zett"])
     assert [found.name for found in top.frameworks] == ["zett"]
     assert top.framework("zett").largest == [SessionSize("big", 5)]
     assert (await read_stats(filled, largest=0)).framework("zett").largest == []
@@ -151,7 +169,7 @@ async def test_the_command_prints_json(filled: URL, capsys: pytest.CaptureFixtur
         {"id": "mid", "messages": 2},
     ]
     assert document["frameworks"]["rein"]["counts"] == {"sessions": 1, "deleted": 1, "write_log": 3}
-    assert set(document["size"]) == {"tables", "total", "source"}
+    assert set(document["size"]) == {"tables", "total", "source", "total_covers"}
     assert document["system"] and document["database"] and document["seconds"] >= 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -55,11 +56,19 @@ def digest(id: str) -> str:
     return hashlib.sha256(id.encode("utf-8")).hexdigest()
 
 
+def key_id(key: Sequence[str]) -> str:
+    """The id the mark of a session keyed by ``key`` is kept under: its id, or for a key
+    of several columns the compact JSON array of their values; :func:`digest`ed like
+    any other id."""
+    if len(key) == 1:
+        return key[0]
+    return json.dumps(list(key), ensure_ascii=False, separators=(",", ":"))
+
+
 def adk_id(app_name: str, user_id: str, id: str) -> str:
     """The id an ADK session's mark is kept under: its whole key (ADK's sessions are
-    keyed by app, user and id), as a compact JSON array of the three; :func:`digest`ed
-    like any other id."""
-    return json.dumps([app_name, user_id, id], ensure_ascii=False, separators=(",", ":"))
+    keyed by app, user and id), as a compact JSON array of the three (:func:`key_id`)."""
+    return key_id((app_name, user_id, id))
 
 
 def _this(store: int, id: str) -> Any:

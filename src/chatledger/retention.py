@@ -1,33 +1,33 @@
 """Retention: delete the sessions idle longer than a duration, and purge the tombstones
-of deleted ones after a horizon: zett's, rein's, the OpenAI Agents SDK's (``openai``) and
-Google ADK's (``adk``) (``docs/retention.md``).
+of deleted ones after a horizon, of every kind of session asked for
+(:mod:`chatledger.kinds`; ``docs/retention.md``).
 
-:func:`apply` runs a :class:`Policy` on a database through the stores' own guarded
-operations, never a read-then-act loop of its own:
+:func:`apply` runs a :class:`Policy` on a database through guarded operations,
+never a read-then-act loop of its own:
 
-* idle sessions -- ``LedgerSessionStorage.purge_sessions``,
-  ``LedgerSessionStore.apurge`` and the adapters' ``purge_sessions``
-  (:mod:`chatledger.openai_agents.items`, :mod:`chatledger.adk.rows`;
-  :mod:`chatledger.selection`): each session is deleted
-  in a transaction whose tombstone ``UPDATE`` checks the cutoff again, so one written
-  to after it was read is kept; every deleted id keeps its tombstone.
-* tombstones -- ``purge_tombstones`` / ``apurge_tombstones``, for OpenAI and ADK
-  :func:`chatledger.tombstones.purge_tombstones` itself (:mod:`chatledger.tombstones`):
-  each tombstone deleted before the horizon is replaced
-  by its high-water mark in the deleting transaction; no sequence or version of the id
-  is ever valid again.
+* idle sessions -- each kind's own purge (:meth:`chatledger.kinds.Operations.purge`,
+  the adapter's, through :mod:`chatledger.selection`): each session is deleted in a
+  transaction whose tombstone ``UPDATE`` checks the cutoff again, so one written to
+  after it was read is kept; every deleted id keeps its tombstone.
+* tombstones -- :func:`chatledger.tombstones.purge_tombstones` of the kind's
+  tombstones (:attr:`chatledger.kinds.SessionKind.tombstones`): each tombstone deleted
+  before the horizon is replaced by its high-water mark in the deleting transaction;
+  no sequence or version of the id is ever valid again.
 
 Both work in batches (``batch_size`` ids read per page) and are counted; a dry run
 counts what each would delete now and changes nothing. Each kind is handled only when
-its package is installed (``chatledger[zett]``, ``chatledger[rein]``,
-``chatledger[openai-agents]``, ``chatledger[adk]``). ADK's ``app:`` and ``user:`` state is
-never deleted: the app's and user's other sessions share it.
+its adapter's framework is installed (its extra: ``chatledger[zett]``...); the others
+are left out of the report. The kinds retained unless named are those
+:attr:`~chatledger.kinds.SessionKind.retained_by_default` (zett's and rein's): the
+others' tombstone purge needs every writer of theirs on a chatledger that knows their
+marks (docs/retention.md). ADK's ``app:`` and ``user:`` state is never deleted: the
+app's and user's other sessions share it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,17 +38,13 @@ from . import clock, tombstones, validate
 from .dsn import resolve_dsn
 from .engine import Ledger
 from .errors import WrongType
+from .kinds import Operations, SessionKind, chosen, names, operations, registered
 from .selection import PURGE_BATCH, Progress, Selection, count
 
-#: The kinds of session, in the order :func:`apply` handles them.
-KINDS = ("zett", "rein", "openai", "adk")
-#: The kinds :func:`apply` handles unless told: the OpenAI Agents and ADK kinds only when
-#: named, since their tombstone purge needs every writer of theirs on a chatledger that
-#: knows their marks (docs/retention.md lists what a first tombstone purge needs): the
-#: adapters' code before it would number a purged id from 1 again.
-DEFAULT_KINDS = ("zett", "rein")
-#: The kinds whose sessions the adapters' own functions delete, on a ledger of the run's.
-_FRAMEWORKS = ("openai", "adk")
+
+def default_kinds() -> tuple[str, ...]:
+    """The kinds :func:`apply` handles unless told (see the module docstring)."""
+    return tuple(kind.name for kind in registered() if kind.retained_by_default)
 
 
 @dataclass(frozen=True)
@@ -91,52 +87,20 @@ class Report:
     tombstones: dict[str, int] = field(default_factory=dict)
 
 
-def installed(kind: str) -> bool:
-    """Whether the adapter of ``kind`` (``openai``, ``adk``) can be imported (its
-    framework's package is installed)."""
-    try:
-        if kind == "openai":
-            from .openai_agents import items  # noqa: F401
-        else:
-            from .adk import rows  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @asynccontextmanager
-async def _stores(url: URL, kinds: tuple[str, ...], options: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-    """The zett storage and the rein store of the database, and one ledger for the
-    OpenAI and ADK kinds (under each of their names), each if its package is installed."""
-    opened: dict[str, Any] = {}
-    ledger: Ledger | None = None
-    try:
-        if "zett" in kinds:
+async def _opened(
+    url: URL, handled: Sequence[SessionKind], options: dict[str, Any]
+) -> AsyncIterator[dict[str, Operations]]:
+    """Each kind's operations on the database, by name, for the kinds whose framework is installed."""
+    async with AsyncExitStack() as stack:
+        opened: dict[str, Operations] = {}
+        for kind in handled:
             try:
-                from .zett import LedgerSessionStorage
+                made = operations(kind)
             except ImportError:
-                pass
-            else:
-                opened["zett"] = LedgerSessionStorage(url, **options)
-        if "rein" in kinds:
-            try:
-                from .rein import LedgerSessionStore
-            except ImportError:
-                pass
-            else:
-                opened["rein"] = LedgerSessionStore(url, **options)
-        for kind in _FRAMEWORKS:
-            if kind in kinds and installed(kind):
-                ledger = ledger or Ledger(url, **options)
-                opened[kind] = ledger
+                continue
+            opened[kind.name] = await stack.enter_async_context(made(url, options))
         yield opened
-    finally:
-        if ledger is not None:
-            await ledger.close()
-        if "zett" in opened:
-            await opened["zett"].close()
-        if "rein" in opened:
-            await opened["rein"].aclose()
 
 
 async def apply(
@@ -144,7 +108,7 @@ async def apply(
     policy: Policy,
     *,
     dry_run: bool = False,
-    kinds: tuple[str, ...] = DEFAULT_KINDS,
+    kinds: Sequence[str] | None = None,
     batch_size: int = PURGE_BATCH,
     progress: Progress | None = None,
     **options: Any,
@@ -154,13 +118,13 @@ async def apply(
 
     Args:
         dry_run: count what would be deleted now; delete nothing.
-        kinds: some of :data:`KINDS` (``"zett"``, ``"rein"``, ``"openai"``, ``"adk"``;
-            :data:`DEFAULT_KINDS` unless given); a kind whose package is not installed
-            is left out of the report.
+        kinds: the kinds to handle, by name (:func:`chatledger.kinds.names`; ``all``:
+            every one; :func:`default_kinds` unless given); a kind whose framework is
+            not installed is left out of the report.
         batch_size: ids read per page (at least 1).
-        progress: called after each candidate with its id (ADK's: the tuple
-            ``(app_name, user_id, id)``) and whether it was deleted (for rein on the
-            store's loop thread).
+        progress: called after each candidate with its id (a key of several columns:
+            the tuple, ADK's ``(app_name, user_id, id)``) and whether it was deleted
+            (for rein's idle sessions on the store's loop thread).
         options: the stores' options (:class:`chatledger.options.LedgerOptions`).
 
     Raises:
@@ -170,9 +134,9 @@ async def apply(
     """
     if not isinstance(policy, Policy):
         raise WrongType(f"policy must be a chatledger.retention.Policy, not {type(policy).__name__}")
-    unknown = [kind for kind in kinds if kind not in KINDS]
-    if unknown or not kinds:
-        raise ValueError(f"kinds must name some of {', '.join(KINDS)}, not {list(kinds)!r}")
+    if kinds is not None and (isinstance(kinds, str) or not list(kinds)):
+        raise ValueError(f"kinds must name some of {', '.join(names())}, not {kinds!r}")
+    handled = chosen(kinds, [kind for kind in registered() if kind.retained_by_default])
     batch_size = validate.integer(batch_size, "batch_size", minimum=1)
     now = clock.utc_now()
     idle = None if policy.idle is None else Selection.of(idle_before=now - policy.idle)
@@ -182,63 +146,38 @@ async def apply(
     report = Report(dry_run, None if idle is None else idle.idle_before, before)
     url = resolve_dsn(dsn)
     options.setdefault("auto_upgrade", False)
-    async with _stores(url, kinds, options) as stores:
-        if dry_run:
-            # Read through a ledger of its own: the rein store runs on its own loop thread.
-            selector = Ledger(url, **options)
-            try:
-                for kind in stores:
-                    store = tombstones.STORES[kind]
+    by_name = {kind.name: kind for kind in handled}
+    async with _opened(url, handled, options) as opened:
+        # The counts and the tombstones go through a ledger of the run's own: rein's
+        # store runs on a loop thread of its own, and a pool serves one event loop only.
+        ledger = Ledger(url, **options)
+        try:
+            if dry_run:
+                for name in opened:
+                    store = by_name[name].tombstone_rows()
                     if idle is not None:
-                        report.sessions[kind] = await count(selector, store.table, store.live, idle)
+                        report.sessions[name] = await count(ledger, store.table, store.live, idle)
                     if before is not None:
-                        report.tombstones[kind] = await tombstones.pending(selector, store, before)
-            finally:
-                await selector.close()
-            return report
-        for kind, store in stores.items():
-            if idle is None:
-                continue
-            kept: list[Any] = []
+                        report.tombstones[name] = await tombstones.pending(ledger, store, before)
+                return report
+            for name, handler in opened.items():
+                if idle is None:
+                    continue
+                kept: list[Any] = []
 
-            def seen(session_id: Any, done: bool, kept: list[Any] = kept) -> object:
-                if not done:
-                    kept.append(session_id)
-                return None if progress is None else progress(session_id, done)
+                def seen(session_id: Any, done: bool, kept: list[Any] = kept) -> object:
+                    if not done:
+                        kept.append(session_id)
+                    return None if progress is None else progress(session_id, done)
 
-            arguments: dict[str, Any] = {
-                "idle_before": idle.idle_before,
-                "batch_size": batch_size,
-                "progress": seen,
-            }
-            if kind == "zett":
-                report.sessions[kind] = await store.purge_sessions(**arguments)
-            elif kind == "rein":
-                report.sessions[kind] = await store.apurge(**arguments)
-            else:
-                report.sessions[kind] = await _purge_framework(kind, store, idle, batch_size, seen)
-            report.kept[kind] = len(kept)
-        for kind, store in stores.items():
-            if before is None:
-                continue
-            arguments = {"deleted_before": before, "batch_size": batch_size, "progress": progress}
-            if kind == "zett":
-                report.tombstones[kind] = await store.purge_tombstones(**arguments)
-            elif kind == "rein":
-                report.tombstones[kind] = await store.apurge_tombstones(**arguments)
-            else:
-                report.tombstones[kind] = await tombstones.purge_tombstones(
-                    store, tombstones.STORES[kind], before, size=batch_size, progress=progress
-                )
+                report.sessions[name] = await handler.purge(idle, {}, size=batch_size, progress=seen)
+                report.kept[name] = len(kept)
+            for name in opened:
+                store = by_name[name].tombstone_rows()
+                if before is not None:
+                    report.tombstones[name] = await tombstones.purge_tombstones(
+                        ledger, store, before, size=batch_size, progress=progress
+                    )
+        finally:
+            await ledger.close()
     return report
-
-
-async def _purge_framework(kind: str, ledger: Ledger, idle: Selection, size: int, progress: Progress) -> int:
-    """The idle sessions of ``openai`` or ``adk`` deleted by the adapter's own purge."""
-    if kind == "openai":
-        from .openai_agents import items
-
-        return await items.purge_sessions(ledger, idle, size=size, progress=progress)
-    from .adk import rows
-
-    return await rows.purge_sessions(ledger, idle, size=size, progress=progress)

@@ -1,26 +1,27 @@
-"""What a chatledger database holds: sessions, messages, checkpoints and bytes, per framework.
+"""What a chatledger database holds: sessions, their entries, checkpoints and bytes,
+per kind of session.
 
     stats = await chatledger.stats.read_stats("postgresql://app@db/chat")
-    stats.frameworks[0].counts["raw_messages"], stats.size.tables["raw_messages"]
+    stats.framework("zett").counts["raw_messages"], stats.size.tables["raw_messages"]
 
 :func:`read_stats` reads everything in one snapshot-consistent read transaction of the
 ledger (:meth:`chatledger.engine.Ledger.read`: PostgreSQL ``REPEATABLE READ READ
 ONLY``, InnoDB's consistent snapshot, a deferred SQLite read in WAL mode), which
-takes no lock a writer waits for. The counts come from the counter rows: a zett
-session's raw messages are ``last_sequence - base_sequence`` of its row (raw
-messages are never deleted one by one), so no raw message is read; the statements
-read each session table once (``agent_sessions``, ``rein_sessions``) and count the
-checkpoint and write-log rows (their primary keys). Sizes come from the backend
-(:attr:`chatledger.dialects.Backend.storage_size`).
-
-Each framework is one :class:`Framework` in :data:`FRAMEWORKS` (its name, tables and
-counting query), so another slots in as one more entry.
+takes no lock a writer waits for. Every registered kind (:mod:`chatledger.kinds`) is
+reported, whether its framework is installed or not: its figures are data of the
+kind. Its live sessions and tombstones are counted from its session table (one read
+of it, with its per-session figures, such as a zett session's raw messages,
+``last_sequence - base_sequence`` of its counter row: no raw message is read), and
+its other figures count rows of its tables (their primary keys). Sizes come from the
+backend (:attr:`chatledger.dialects.Backend.storage_size`), of chatledger's own
+tables only: the total says what it covers, so a database shared with other
+applications is not taken for chatledger's.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,43 +30,44 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import dialects, validate
+from .app_alembic import chatledger_tables
 from .dsn import display
 from .engine import Ledger
-from .schema import raw_messages_table as _raw
-from .schema import rein_sessions_table as _rein
-from .schema import rein_writes_table as _writes
-from .schema import sessions_table as _sessions
-from .schema import snapshots_table as _snapshots
+from .kinds import SessionKind, chosen
 
-__all__ = ["FRAMEWORKS", "Framework", "FrameworkStats", "SessionSize", "Stats", "read_stats"]
+__all__ = ["FrameworkStats", "SessionSize", "Stats", "read_stats"]
 
-#: How many of the largest sessions :func:`read_stats` lists per framework by default.
+#: How many of the largest sessions :func:`read_stats` lists per kind by default.
 LARGEST = 10
 
 
 @dataclass(frozen=True)
 class SessionSize:
-    """One of a framework's largest sessions."""
+    """One of a kind's largest sessions."""
 
+    #: Its id (a key of several columns, ADK's: ``app/user/id``).
     id: str
-    #: Raw messages of its current generation, from its counter row.
+    #: What the kind ranks its sessions by (:attr:`FrameworkStats.largest_by`): a zett
+    #: session's raw messages of its current generation, from its counter row.
     messages: int
 
 
 @dataclass(frozen=True)
 class FrameworkStats:
-    """What one framework's tables hold."""
+    """What one kind's tables hold."""
 
-    #: ``zett``, ``rein``.
+    #: The kind's name: ``zett``, ``rein``, ``openai``, ``adk``.
     name: str
-    #: Counts by name: ``sessions`` (live), ``deleted`` (tombstones), and the
-    #: framework's own (zett: ``raw_messages``, ``checkpoints``; rein: ``write_log``).
+    #: Counts by name: ``sessions`` (live), ``deleted`` (tombstones), and the kind's own
+    #: (:attr:`chatledger.kinds.SessionKind.counters`: zett's ``raw_messages``, ``checkpoints``...).
     counts: dict[str, int]
-    #: The largest live sessions, most messages first (ties by id); empty for a
-    #: framework whose sessions have no message count outside their JSON (rein).
+    #: The largest live sessions, largest first (ties by key); empty for a kind whose
+    #: sessions have no size outside their JSON (rein).
     largest: list[SessionSize]
-    #: The framework's tables.
+    #: The kind's tables.
     tables: list[str]
+    #: What :attr:`largest` ranks by, in words ("raw messages"); "" when it ranks none.
+    largest_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,16 @@ class Stats:
     #: OpenTelemetry's name of the backend (``postgresql``, ``mysql``, ``mariadb``, ``sqlite``).
     system: str
     frameworks: list[FrameworkStats]
-    #: Bytes per table and in all, and where the figures come from.
+    #: Bytes per table and in all, and where the figures come from: chatledger's tables
+    #: only (the kinds' and its own bookkeeping tables).
     size: dialects.StorageSize
     #: Seconds the read transaction took.
     seconds: float = field(default=0.0)
+    #: What :attr:`size`'s total covers, in words.
+    total_covers: str = ""
 
     def framework(self, name: str) -> FrameworkStats:
-        """One framework's figures; ``KeyError`` for a name :data:`FRAMEWORKS` lacks."""
+        """One kind's figures; ``KeyError`` for a kind not reported."""
         for found in self.frameworks:
             if found.name == name:
                 return found
@@ -91,7 +96,8 @@ class Stats:
 
     def as_json(self) -> dict[str, Any]:
         """JSON-ready data: ``{"database", "system", "seconds", "frameworks": {name:
-        {"counts", "largest", "tables"}}, "size": {"tables", "total", "source"}}``."""
+        {"counts", "largest", "largest_by", "tables"}}, "size": {"tables", "total",
+        "source", "total_covers"}}``."""
         return {
             "database": self.database,
             "system": self.system,
@@ -100,80 +106,60 @@ class Stats:
                 found.name: {
                     "counts": found.counts,
                     "largest": [asdict(session) for session in found.largest],
+                    "largest_by": found.largest_by,
                     "tables": found.tables,
                 }
                 for found in self.frameworks
             },
-            "size": asdict(self.size),
+            "size": {**asdict(self.size), "total_covers": self.total_covers},
         }
 
 
-#: Counts a framework's rows in the read transaction: (counts, largest sessions), given
-#: how many of the largest to list.
-Counter = Callable[[AsyncConnection, int], Awaitable[tuple[dict[str, int], list[SessionSize]]]]
-
-
-@dataclass(frozen=True)
-class Framework:
-    """One framework's share of the schema: its name, tables and counting query."""
-
-    name: str
-    tables: tuple[str, ...]
-    count: Counter
-
-
-async def _count_zett(conn: AsyncConnection, largest: int) -> tuple[dict[str, int], list[SessionSize]]:
-    live = _sessions.c.deleted_at.is_(None)
-    messages = _sessions.c.last_sequence - _sessions.c.base_sequence
+async def _count(conn: AsyncConnection, kind: SessionKind, largest: int) -> FrameworkStats:
+    """One kind's figures, in the caller's read transaction."""
+    tombstones = kind.tombstone_rows()
+    table, live = tombstones.table, tombstones.live
+    summed = [counter for counter in kind.counters if counter.per_session is not None]
     row = (
         await conn.execute(
             select(
                 func.coalesce(func.sum(case((live, 1), else_=0)), 0).label("sessions"),
                 func.coalesce(func.sum(case((live, 0), else_=1)), 0).label("deleted"),
-                # Deleted sessions' raw messages are gone; the live ones' are counted by their rows.
-                func.coalesce(func.sum(case((live, messages), else_=0)), 0).label("raw_messages"),
-            )
+                # A tombstone's entries are gone: only the live sessions' are counted.
+                *(
+                    func.coalesce(func.sum(case((live, counter.per_session), else_=0)), 0).label(counter.name)
+                    for counter in summed
+                ),
+            ).select_from(table)
         )
     ).one()
-    checkpoints = await conn.scalar(select(func.count()).select_from(_snapshots))
-    counts = {
-        "sessions": int(row.sessions),
-        "deleted": int(row.deleted),
-        "raw_messages": int(row.raw_messages),
-        "checkpoints": int(checkpoints or 0),
-    }
+    counts = {"sessions": int(row.sessions), "deleted": int(row.deleted)}
+    for counter in kind.counters:
+        if counter.per_session is not None:
+            counts[counter.name] = int(row._mapping[counter.name])
+        elif counter.rows is not None:
+            statement = select(func.count()).select_from(counter.rows)
+            if counter.where is not None:
+                statement = statement.where(counter.where)
+            counts[counter.name] = int(await conn.scalar(statement) or 0)
     top: list[SessionSize] = []
-    if largest:
+    if largest and kind.largest is not None:
+        keys = [table.c[name] for name in tombstones.key]
+        size = kind.largest.size
         rows = await conn.execute(
-            select(_sessions.c.id, messages.label("messages"))
-            .where(live)
-            .order_by(messages.desc(), _sessions.c.id)
-            .limit(largest)
+            select(*keys, size.label("size")).where(live).order_by(size.desc(), *keys).limit(largest)
         )
-        top = [SessionSize(found.id, int(found.messages)) for found in rows]
-    return counts, top
-
-
-async def _count_rein(conn: AsyncConnection, largest: int) -> tuple[dict[str, int], list[SessionSize]]:
-    # A NULL test reads the row's null flags, not the (off-page) JSON.
-    live = _rein.c.session_json.is_not(None)
-    row = (
-        await conn.execute(
-            select(
-                func.coalesce(func.sum(case((live, 1), else_=0)), 0).label("sessions"),
-                func.coalesce(func.sum(case((live, 0), else_=1)), 0).label("deleted"),
-            )
-        )
-    ).one()
-    write_log = await conn.scalar(select(func.count()).select_from(_writes))
-    return {"sessions": int(row.sessions), "deleted": int(row.deleted), "write_log": int(write_log or 0)}, []
-
-
-#: The frameworks whose sessions chatledger stores, in the order they are reported.
-FRAMEWORKS: tuple[Framework, ...] = (
-    Framework("zett", (_sessions.name, _raw.name, _snapshots.name), _count_zett),
-    Framework("rein", (_rein.name, _writes.name), _count_rein),
-)
+        top = [
+            SessionSize("/".join(str(found._mapping[name]) for name in tombstones.key), int(found.size))
+            for found in rows
+        ]
+    return FrameworkStats(
+        kind.name,
+        counts,
+        top,
+        [table.name for table in kind.tables],
+        kind.largest.unit if kind.largest is not None else "",
+    )
 
 
 async def read_stats(
@@ -181,7 +167,7 @@ async def read_stats(
     *,
     engine: AsyncEngine | None = None,
     largest: int = LARGEST,
-    frameworks: Sequence[Framework] = FRAMEWORKS,
+    kinds: Sequence[str] | None = None,
     **options: Any,
 ) -> Stats:
     """Counts, sizes and the largest sessions of a chatledger database, read in one
@@ -190,33 +176,38 @@ async def read_stats(
     Args:
         dsn: See :func:`chatledger.dsn.resolve_dsn`; or ``engine``, an ``AsyncEngine``
             of the caller's (see :class:`chatledger.engine.Ledger`).
-        largest: how many of the largest sessions to list per framework (0: none).
-        frameworks: the frameworks to report (default: all, :data:`FRAMEWORKS`).
+        largest: how many of the largest sessions to list per kind (0: none).
+        kinds: the kinds to report, by name (``all``: every one; default: every
+            registered kind, :func:`chatledger.kinds.registered`). The sizes are of
+            chatledger's every table whichever are reported.
         **options: :class:`chatledger.options.LedgerOptions`.
 
     Raises:
-        ValueError / TypeError: a bad DSN, option or ``largest`` (not an int >= 0).
+        ValueError / TypeError: a bad DSN, option, kind or ``largest`` (not an int >= 0).
         SchemaNotReady: the database is not at a revision this chatledger runs on.
         StorageUnavailable, ConfigurationError, DatabaseError: as every read
             (:meth:`chatledger.engine.Ledger.read`).
     """
     top = validate.integer(largest, "largest")
+    reported = chosen(kinds)
     ledger = Ledger(dsn, engine=engine, auto_upgrade=False, **options)
-    tables = [name for framework in frameworks for name in framework.tables]
+    tables = sorted(chatledger_tables())
 
     async def work(conn: AsyncConnection) -> Stats:
         started = time.perf_counter()
-        found = []
-        for framework in frameworks:
-            counts, biggest = await framework.count(conn, top)
-            found.append(FrameworkStats(framework.name, counts, biggest, list(framework.tables)))
+        found = [await _count(conn, kind, top) for kind in reported]
         size = await conn.run_sync(ledger.backend.storage_size, tables)
+        if size.tables:
+            covers = f"chatledger's {len(size.tables)} tables; other tables of the database are not counted"
+        else:
+            covers = "the whole database file, any other application's tables in it included"
         return Stats(
             display(ledger.url),
             ledger.backend.db_system(conn.dialect),
             found,
             size,
             time.perf_counter() - started,
+            covers,
         )
 
     try:

@@ -5,7 +5,9 @@ A deleted session's tombstone (zett: its counter row with ``deleted_at`` set; re
 its row with no session JSON; an OpenAI Agents session: its counter row cleared,
 ``deleted_at`` set; an ADK session: its row with ``deleted_at`` set) keeps the id
 and its last sequence and versions (docs/zett.md, "Deleting and starting again").
-:func:`purge` deletes the tombstones older than a cutoff and, in the same
+Each kind of session states which rows are its tombstones as a :class:`Tombstones`
+(:attr:`chatledger.kinds.SessionKind.tombstones`); this module knows none of them.
+:func:`purge_tombstones` deletes the tombstones older than a cutoff and, in the same
 transaction, keeps their high water in a mark
 (:mod:`chatledger.marks`): the store, a digest of the id, the last sequence and the
 version, nothing else.
@@ -57,17 +59,6 @@ from sqlalchemy import ColumnElement, Table, and_, delete, select
 
 from . import clock, marks, validate
 from .errors import WrongType
-from .schema import (
-    adk_events_table,
-    adk_sessions_table,
-    openai_items_table,
-    openai_sessions_table,
-    raw_messages_table,
-    rein_sessions_table,
-    rein_writes_table,
-    sessions_table,
-    snapshots_table,
-)
 from .selection import PURGE_BATCH, Progress, Selection, count, purge
 
 if TYPE_CHECKING:
@@ -75,36 +66,44 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class _Store:
-    """One store's tombstones: their table and key, which rows are tombstones and when
+class Tombstones:
+    """One kind's tombstones: their table and key, which rows are tombstones and when
     each was deleted, the columns a purge checks again, what its mark keeps, and the
-    rows of other tables a purge removes with it."""
+    rows of other tables a purge removes with it. Data only: each kind of session
+    states its own (:class:`chatledger.kinds.SessionKind`)."""
 
     table: Table
+    #: The mark store of the kind's ids (:mod:`chatledger.marks`).
     store: int
     #: The columns a purge checks again, as its page read them (every write moves one).
     versions: tuple[str, ...]
     #: The columns the mark keeps: the last sequence (``None``: 0) and the version.
     high_water_columns: tuple[str | None, str]
     #: The column that says when a tombstone was deleted.
-    deleted: str
+    deleted: str = "deleted_at"
     #: The key columns (an ADK session's is ``app_name``, ``user_id``, ``id``).
     key: tuple[str, ...] = ("id",)
     #: Tables whose rows of the id go with the tombstone: (table, its key columns).
     leftovers: tuple[tuple[Table, tuple[str, ...]], ...] = ()
+    #: The column that tells a tombstone from a session: a tombstone's is set
+    #: (``deleted_at``), or, with ``marked_by_null``, NULL (a rein row without its JSON).
+    marker: str = "deleted_at"
+    marked_by_null: bool = False
 
     @property
     def live(self) -> ColumnElement[bool]:
         """Rows that are sessions, not tombstones."""
-        if self.store == marks.REIN:
-            return self.table.c.session_json.is_not(None)
-        return self.table.c.deleted_at.is_(None)
+        column = self.table.c[self.marker]
+        return column.is_not(None) if self.marked_by_null else column.is_(None)
+
+    def is_tombstone(self, row: Mapping[str, Any]) -> bool:
+        """Whether a row of the table (as a mapping of its columns) is a tombstone."""
+        return (row[self.marker] is None) == self.marked_by_null
 
     def older_than(self, cutoff: datetime) -> ColumnElement[bool]:
-        table = self.table
-        if self.store == marks.REIN:
-            return table.c.session_json.is_(None) & (table.c.updated_at < cutoff)
-        return table.c.deleted_at.is_not(None) & (table.c[self.deleted] < cutoff)
+        column = self.table.c[self.marker]
+        tombstone = column.is_(None) if self.marked_by_null else column.is_not(None)
+        return tombstone & (self.table.c[self.deleted] < cutoff)
 
     def high_water(self, seen: Mapping[str, Any]) -> tuple[int, int]:
         sequence, version = self.high_water_columns
@@ -115,56 +114,11 @@ class _Store:
         return (key,) if len(self.key) == 1 else tuple(key)
 
     def mark_id(self, key: Any) -> str:
-        """The id the mark of ``key`` is kept under (:func:`chatledger.marks.adk_id` for ADK)."""
-        values = self.values(key)
-        return values[0] if len(values) == 1 else marks.adk_id(*values)
+        """The id the mark of ``key`` is kept under (:func:`chatledger.marks.key_id`)."""
+        return marks.key_id(self.values(key))
 
     def where(self, table: Table, columns: tuple[str, ...], key: Any) -> ColumnElement[bool]:
         return and_(*(table.c[name] == value for name, value in zip(columns, self.values(key), strict=True)))
-
-
-#: zett tombstones: ``deleted_at`` is when it was deleted; a revive bumps ``fields_version``.
-ZETT = _Store(
-    sessions_table,
-    marks.ZETT,
-    ("last_sequence", "fields_version"),
-    ("last_sequence", "fields_version"),
-    "deleted_at",
-    leftovers=((raw_messages_table, ("session_id",)), (snapshots_table, ("session_id",))),
-)
-#: rein tombstones: the delete set ``updated_at``; every save and delete bumps ``version``.
-REIN = _Store(
-    rein_sessions_table,
-    marks.REIN,
-    ("version",),
-    (None, "version"),
-    "updated_at",
-    leftovers=((rein_writes_table, ("session_id",)),),
-)
-#: OpenAI Agents tombstones: a cleared (or deleted) session, ``deleted_at`` set; every
-#: add moves ``last_sequence``, every clear ``generation``.
-OPENAI = _Store(
-    openai_sessions_table,
-    marks.OPENAI,
-    ("last_sequence", "generation"),
-    ("last_sequence", "generation"),
-    "deleted_at",
-    leftovers=((openai_items_table, ("session_id",)),),
-)
-#: ADK tombstones: a deleted session, ``deleted_at`` set; every append moves
-#: ``last_sequence`` (a delete too), every state change ``state_version``.
-ADK = _Store(
-    adk_sessions_table,
-    marks.ADK,
-    ("last_sequence", "state_version"),
-    ("last_sequence", "state_version"),
-    "deleted_at",
-    key=("app_name", "user_id", "id"),
-    leftovers=((adk_events_table, ("app_name", "user_id", "session_id")),),
-)
-
-#: Every store's tombstones, by kind of session.
-STORES: Mapping[str, _Store] = {"zett": ZETT, "rein": REIN, "openai": OPENAI, "adk": ADK}
 
 
 def cutoff(horizon: timedelta | None, deleted_before: datetime | None) -> datetime:
@@ -190,14 +144,14 @@ def cutoff(horizon: timedelta | None, deleted_before: datetime | None) -> dateti
         raise ValueError(f"horizon {horizon} reaches before year 1") from None
 
 
-async def pending(ledger: Ledger, store: _Store, cutoff: datetime) -> int:
+async def pending(ledger: Ledger, store: Tombstones, cutoff: datetime) -> int:
     """How many of ``store``'s tombstones are older than ``cutoff`` now (a dry run)."""
     return await count(ledger, store.table, store.older_than(cutoff), Selection())
 
 
 async def purge_tombstones(
     ledger: Ledger,
-    store: _Store,
+    store: Tombstones,
     cutoff: datetime,
     *,
     size: int = PURGE_BATCH,

@@ -35,6 +35,7 @@ from ..dsn import display
 from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
+from ..kinds import REIN
 from ..schema import rein_sessions_table as _rein
 from ..schema import rein_writes_table as _writes
 from ..selection import PURGE_BATCH, Progress, Selection, purge
@@ -260,7 +261,9 @@ async def _purge(ledger: Ledger, selection: Selection, size: int, progress: Prog
 
 
 async def _purge_tombstones(ledger: Ledger, cutoff: datetime, size: int, progress: Progress | None) -> int:
-    return await tombstones.purge_tombstones(ledger, tombstones.REIN, cutoff, size=size, progress=progress)
+    return await tombstones.purge_tombstones(
+        ledger, REIN.tombstone_rows(), cutoff, size=size, progress=progress
+    )
 
 
 async def _contains(ledger: Ledger, id: str) -> bool:

@@ -26,11 +26,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import __version__, marks, migrate
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
-from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from ..kinds import Checkpointed, Layout, Log, Rows, SessionKind, registered
 from .importer import database_error
-from .logs import ADK, OPENAI, STATES, LogStore, StateTable
 from .progress import Tracker, progress
-from .rows import FORMAT, FORMAT_VERSION, FRAMEWORK_TABLES, MARKS, TABLES, Counts, Record, RowCodec, _instant
+from .rows import FORMAT, FORMAT_VERSION, MARKS, Counts, Record, RowCodec, _instant, progress_records, tables
 
 #: Sessions read per page by the export.
 PAGE = 500
@@ -38,56 +37,80 @@ PAGE = 500
 YIELD_PER = 1000
 
 
+def _in_order() -> list[tuple[SessionKind, Layout]]:
+    """Every kind's layouts in the order the export writes them: the kinds whose records
+    are in every file first, then (after the marks) those a file may lack, so that an
+    importer from before those travelled imports everything else before it stops at the
+    first of their records."""
+    first = [
+        (kind, layout) for kind in registered() if not kind.optional_in_export for layout in kind.records
+    ]
+    later = [(kind, layout) for kind in registered() if kind.optional_in_export for layout in kind.records]
+    return [*first, *later]
+
+
+def _sessions_of(kind: SessionKind) -> Table:
+    store = kind.tombstone_rows()
+    return store.table
+
+
+def _shared(kind: SessionKind, layout: Rows, ids: Sequence[str] | None) -> Select[Any]:
+    """The rows of state the kind's sessions share, in key order: all, or with ``ids``
+    those of the scopes (ADK's apps, and users) of the kind's sessions chosen."""
+    table = layout.table
+    statement = select(table).order_by(*(table.c[name] for name in layout.key))
+    if ids is None:
+        return statement
+    sessions = _sessions_of(kind)
+    chosen = select(*(sessions.c[name] for name in layout.key)).where(sessions.c.id.in_(sorted(set(ids))))
+    columns = [table.c[name] for name in layout.key]
+    return statement.where(tuple_(*columns).in_(chosen) if len(columns) > 1 else columns[0].in_(chosen))
+
+
 async def _count(conn: AsyncConnection, ids: Sequence[str] | None) -> Counts:
     def where(column: Any) -> Any:
         return column.in_(ids) if ids is not None else True
 
-    async def count(table: Table, column: Any) -> int:
+    async def rows(table: Table, column: Any) -> int:
         return int(await conn.scalar(select(func.count()).select_from(table).where(where(column))) or 0)
 
-    states = 0
-    for state in STATES.values():
-        states += int(
-            await conn.scalar(select(func.count()).select_from(_states(state, ids).subquery())) or 0
-        )
-    return Counts(
-        sessions=await count(sessions_table, sessions_table.c.id),
-        messages=await count(raw_messages_table, raw_messages_table.c.session_id),
-        snapshots=await count(snapshots_table, snapshots_table.c.session_id),
-        rein_sessions=await count(rein_sessions_table, rein_sessions_table.c.id),
-        openai_sessions=await count(OPENAI.sessions, OPENAI.sessions.c.id),
-        openai_items=await count(OPENAI.entries, OPENAI.entries.c.session_id),
-        adk_sessions=await count(ADK.sessions, ADK.sessions.c.id),
-        adk_events=await count(ADK.entries, ADK.entries.c.session_id),
-        adk_states=states,
-    )
-
-
-def _states(state: StateTable, ids: Sequence[str] | None) -> Select[Any]:
-    """The rows of one scope of ADK's shared state in the export: all, or with ``ids``
-    those of the apps (and users) of the ADK sessions chosen."""
-    statement = select(state.table).order_by(*(state.table.c[name] for name in state.key))
-    if ids is None:
-        return statement
-    chosen = select(*(ADK.sessions.c[name] for name in state.key)).where(
-        ADK.sessions.c.id.in_(sorted(set(ids)))
-    )
-    columns = [state.table.c[name] for name in state.key]
-    return statement.where(tuple_(*columns).in_(chosen) if len(columns) > 1 else columns[0].in_(chosen))
+    counts: Counts = {}
+    for kind, layout in [(owner, layout) for owner in registered() for layout in owner.records]:
+        found: dict[str, int]
+        if isinstance(layout, Checkpointed):
+            found = {
+                layout.count: await rows(layout.sessions, layout.sessions.c.id),
+                layout.entries_count: await rows(layout.entries, layout.entries.c.session_id),
+                layout.checkpoints_count: await rows(layout.checkpoints, layout.checkpoints.c.session_id),
+            }
+        elif isinstance(layout, Log):
+            entries = layout.entries.c[layout.entry_key[-1]]
+            found = {
+                layout.count: await rows(layout.sessions, layout.sessions.c[layout.key[-1]]),
+                layout.entries_count: await rows(layout.entries, entries),
+            }
+        elif layout.sessions:
+            found = {layout.count: await rows(layout.table, layout.table.c[layout.key[-1]])}
+        else:
+            subquery = _shared(kind, layout, ids).subquery()
+            found = {layout.count: int(await conn.scalar(select(func.count()).select_from(subquery)) or 0)}
+        for name, value in found.items():
+            counts[name] = counts.get(name, 0) + value
+    return counts
 
 
 async def _log_records(
-    conn: AsyncConnection, store: LogStore, codecs: Mapping[str, RowCodec], ids: Sequence[str] | None
+    conn: AsyncConnection, store: Log, codecs: Mapping[str, RowCodec], ids: Sequence[str] | None
 ) -> AsyncIterator[Record]:
-    """An OpenAI Agents or ADK session block per counter row, in key order: the row, its
-    entries in sequence order (a server-side cursor each), its end record."""
+    """A session block per counter row, in key order: the row, its entries in sequence
+    order (a server-side cursor each), its end record."""
     s, e = store.sessions, store.entries
     order = [s.c[name] for name in store.key]
     after: tuple[Any, ...] | None = None
     while True:
         statement = select(s).order_by(*order).limit(PAGE)
         if ids is not None:
-            statement = statement.where(s.c.id.in_(sorted(set(ids))))
+            statement = statement.where(s.c[store.key[-1]].in_(sorted(set(ids))))
         if after is not None:
             statement = statement.where(store.after(after))
         page = list(await conn.execute(statement))
@@ -111,9 +134,10 @@ async def _log_records(
         after = store.key_of(page[-1]._mapping)
 
 
-async def _session_pages(conn: AsyncConnection, ids: Sequence[str] | None) -> AsyncIterator[list[Any]]:
-    """The session rows in pages of :data:`PAGE`, in id order (the database's)."""
-    s = sessions_table
+async def _session_pages(
+    conn: AsyncConnection, s: Table, ids: Sequence[str] | None
+) -> AsyncIterator[list[Any]]:
+    """The session rows of ``s`` in pages of :data:`PAGE`, in id order (the database's)."""
     if ids is not None:
         unique = sorted(set(ids))
         for start in range(0, len(unique), PAGE):
@@ -135,54 +159,27 @@ async def _session_pages(conn: AsyncConnection, ids: Sequence[str] | None) -> As
 
 
 def _opening(
-    codecs: Mapping[str, RowCodec], row: Any, snapshots: Mapping[str, list[Any]]
+    layout: Checkpointed, codecs: Mapping[str, RowCodec], row: Any, snapshots: Mapping[str, list[Any]]
 ) -> Iterator[Record]:
     """A session's first records: its counter row, then its checkpoints."""
-    yield {"type": "session", "row": codecs["session"].encode(row._mapping)}
+    yield {"type": layout.head, "row": codecs[layout.head].encode(row._mapping)}
     for snapshot in snapshots.get(row.id, ()):
-        yield {"type": "snapshot", "row": codecs["snapshot"].encode(snapshot._mapping)}
+        yield {"type": layout.checkpoint, "row": codecs[layout.checkpoint].encode(snapshot._mapping)}
 
 
-def _closing(row: Any, messages: int, snapshots: Mapping[str, list[Any]], total: Counts) -> Record:
-    """A session's end record (and the running totals)."""
+def _closing(layout: Checkpointed, row: Any, messages: int, snapshots: Mapping[str, list[Any]]) -> Record:
+    """A session's end record."""
     checkpoints = len(snapshots.get(row.id, ()))
-    total.sessions += 1
-    total.messages += messages
-    total.snapshots += checkpoints
-    return {"type": "session_end", "id": row.id, "snapshots": checkpoints, "messages": messages}
+    return {"type": layout.end, "id": row.id, "snapshots": checkpoints, "messages": messages}
 
 
-async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None) -> AsyncIterator[Record]:
-    """Every record of an export of the database on ``conn``, header first.
-
-    ``conn`` must be inside one read transaction, so that the export is one
-    consistent snapshot. ``ids`` limits it to those zett and rein sessions.
-    Messages stream through a server-side cursor, a page of sessions at a time;
-    nothing grows with the size of the database.
-    """
-    codecs = {kind: RowCodec(table) for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items()}
-    mark_codec = RowCodec(MARKS)
-    counts = await _count(conn, ids)
-    revision = await conn.run_sync(migrate.current_revision)
-    yield {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "chatledger": __version__,
-        "revision": revision,
-        "backend": conn.dialect.name,
-        "exported_at": _instant(datetime.now(UTC)),
-        "tables": {
-            **{
-                table.name: list(codecs[kind].columns)
-                for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items()
-            },
-            MARKS.name: list(mark_codec.columns),
-        },
-        "counts": counts.__dict__,
-    }
-    r, v = raw_messages_table, snapshots_table
-    total = Counts()
-    async for page in _session_pages(conn, ids):
+async def _checkpointed(
+    conn: AsyncConnection, layout: Checkpointed, codecs: Mapping[str, RowCodec], ids: Sequence[str] | None
+) -> AsyncIterator[Record]:
+    """Each session's records: its counter row, checkpoints, raw messages and end, a
+    page of sessions at a time, the messages through a server-side cursor."""
+    r, v = layout.entries, layout.checkpoints
+    async for page in _session_pages(conn, layout.sessions, ids):
         page_ids = [row.id for row in page]
         members = set(page_ids)
         if ids is not None:
@@ -209,52 +206,124 @@ async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None
                     continue  # a message without a session row (edited by hand): not part of any session
                 while current is None or current.id != message.session_id:
                     if current is not None:
-                        yield _closing(current, messages, snapshots, total)
+                        yield _closing(layout, current, messages, snapshots)
                     current, messages = next(pending), 0
-                    for record in _opening(codecs, current, snapshots):
+                    for record in _opening(layout, codecs, current, snapshots):
                         yield record
                 messages += 1
-                yield {"type": "message", "row": codecs["message"].encode(message._mapping)}
+                yield {"type": layout.entry, "row": codecs[layout.entry].encode(message._mapping)}
         if current is not None:
-            yield _closing(current, messages, snapshots, total)
+            yield _closing(layout, current, messages, snapshots)
         for row in pending:
-            for record in _opening(codecs, row, snapshots):
+            for record in _opening(layout, codecs, row, snapshots):
                 yield record
-            yield _closing(row, 0, snapshots, total)
-    rein = rein_sessions_table
-    statement = select(rein).order_by(rein.c.id).execution_options(yield_per=YIELD_PER)
-    if ids is not None:
-        statement = statement.where(rein.c.id.in_(sorted(set(ids))))
-    async for partition in (await conn.stream(statement)).partitions():
-        for row in partition:
-            total.rein_sessions += 1
-            yield {"type": "rein_session", "row": codecs["rein_session"].encode(row._mapping)}
-    # The marks of purged tombstones (of the ids asked for: by their digests), so that a
-    # copy numbers a purged id on as the source would, never from 1 again.
+            yield _closing(layout, row, 0, snapshots)
+
+
+async def _rows(
+    conn: AsyncConnection,
+    kind: SessionKind,
+    layout: Rows,
+    codecs: Mapping[str, RowCodec],
+    ids: Sequence[str] | None,
+) -> AsyncIterator[Record]:
+    """One record per row, in key order."""
+    if layout.sessions:
+        table = layout.table
+        statement = select(table).order_by(*(table.c[name] for name in layout.key))
+        if ids is not None:
+            statement = statement.where(table.c[layout.key[-1]].in_(sorted(set(ids))))
+        async for partition in (
+            await conn.stream(statement.execution_options(yield_per=YIELD_PER))
+        ).partitions():
+            for row in partition:
+                yield {"type": layout.record, "row": codecs[layout.record].encode(row._mapping)}
+        return
+    for row in await conn.execute(_shared(kind, layout, ids)):
+        yield {"type": layout.record, "row": codecs[layout.record].encode(row._mapping)}
+
+
+def _records(
+    conn: AsyncConnection,
+    kind: SessionKind,
+    layout: Layout,
+    codecs: Mapping[str, RowCodec],
+    ids: Sequence[str] | None,
+) -> AsyncIterator[Record]:
+    if isinstance(layout, Checkpointed):
+        return _checkpointed(conn, layout, codecs, ids)
+    if isinstance(layout, Log):
+        return _log_records(conn, layout, codecs, ids)
+    return _rows(conn, kind, layout, codecs, ids)
+
+
+def _tally(layout: Layout, record: Record, total: Counts) -> None:
+    """Add a record to the running totals of the end record."""
+    kind = record.get("type")
+    if isinstance(layout, Checkpointed):
+        if kind == layout.end:
+            total[layout.count] += 1
+            total[layout.entries_count] += record["messages"]
+            total[layout.checkpoints_count] += record["snapshots"]
+    elif isinstance(layout, Log):
+        if kind == layout.end:
+            total[layout.count] += 1
+            total[layout.entries_count] += record[layout.entries_name]
+    else:
+        total[layout.count] += 1
+
+
+async def export_records(conn: AsyncConnection, ids: Sequence[str] | None = None) -> AsyncIterator[Record]:
+    """Every record of an export of the database on ``conn``, header first.
+
+    ``conn`` must be inside one read transaction, so that the export is one
+    consistent snapshot. ``ids`` limits it to the sessions of those ids, of every kind
+    (and the state their scopes share). Entries stream through a server-side cursor,
+    a page of sessions at a time; nothing grows with the size of the database.
+    """
+    codecs = {record: RowCodec(table) for record, table in tables().items()}
+    mark_codec = RowCodec(MARKS)
+    counts = await _count(conn, ids)
+    revision = await conn.run_sync(migrate.current_revision)
+    yield {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "chatledger": __version__,
+        "revision": revision,
+        "backend": conn.dialect.name,
+        "exported_at": _instant(datetime.now(UTC)),
+        "tables": {
+            **{table.name: list(codecs[record].columns) for record, table in tables().items()},
+            MARKS.name: list(mark_codec.columns),
+        },
+        "counts": counts,
+    }
+    total: Counts = dict.fromkeys(counts, 0)
+    marked = False
+    for kind, layout in _in_order():
+        if kind.optional_in_export and not marked:
+            marked = True
+            async for record in _mark_records(conn, mark_codec, ids):
+                yield record
+        async for record in _records(conn, kind, layout, codecs, ids):
+            _tally(layout, record, total)
+            yield record
+    if not marked:
+        async for record in _mark_records(conn, mark_codec, ids):
+            yield record
+    yield {"type": "end", **total}
+
+
+async def _mark_records(
+    conn: AsyncConnection, mark_codec: RowCodec, ids: Sequence[str] | None
+) -> AsyncIterator[Record]:
+    """The marks of purged tombstones (of the ids asked for: by their digests), so that
+    a copy numbers a purged id on as the source would, never from 1 again."""
     statement = select(MARKS).order_by(MARKS.c.store, MARKS.c.id_digest)
     if ids is not None:
         statement = statement.where(MARKS.c.id_digest.in_(sorted({marks.digest(id) for id in ids})))
     for row in await conn.execute(statement):
         yield {"type": "mark", "row": mark_codec.encode(row._mapping)}
-    # The frameworks' sessions last: an importer from before they travelled imports
-    # everything above before it stops at the first of their records.
-    for store in (OPENAI, ADK):
-        async for record in _log_records(conn, store, codecs, ids):
-            if record["type"] == store.end:
-                entries = record[store.entries_name]
-                if store is OPENAI:
-                    total.openai_sessions, total.openai_items = (
-                        total.openai_sessions + 1,
-                        total.openai_items + entries,
-                    )
-                else:
-                    total.adk_sessions, total.adk_events = total.adk_sessions + 1, total.adk_events + entries
-            yield record
-    for kind, state in STATES.items():
-        for row in await conn.execute(_states(state, ids)):
-            total.adk_states += 1
-            yield {"type": kind, "row": codecs[kind].encode(row._mapping)}
-    yield {"type": "end", **total.__dict__}
 
 
 def _dump(record: Record) -> str:
@@ -295,6 +364,7 @@ async def export(
         await ledger.ensure_ready()
         bars = progress(console) if console is not None else None
         tracker = Tracker(bars)
+        entries, ends = progress_records()
         last: Record = {}
         async with ledger.engine.connect() as conn:
             conn = await conn.execution_options(**ledger.backend.snapshot_read)
@@ -306,17 +376,17 @@ async def export(
                         kind = record.get("type")
                         if kind is None:
                             tracker.start(record["counts"])
-                        elif kind == "message":
+                        elif kind in entries:
                             messages += 1
                             if messages == YIELD_PER:
                                 tracker.advance(messages=messages)
                                 messages = 0
-                        elif kind in ("session_end", "rein_session", OPENAI.end, ADK.end):
+                        elif kind in ends:
                             tracker.advance(sessions=1, messages=messages)
                             messages = 0
                         last = record
         output.flush()
-        return Counts(**{key: value for key, value in last.items() if key != "type"})
+        return {key: value for key, value in last.items() if key != "type"}
     except DBAPIError as error:
         raise database_error(ledger, error) from error
     finally:

@@ -51,18 +51,29 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
+def _ours(url: URL | str, options: dict[str, Any]) -> Store:
+    from ..zett import LedgerSessionStorage
+
+    return LedgerSessionStorage(url, **options)
+
+
+def _zetts_own(url: URL | str, options: dict[str, Any]) -> Store:
+    from zett_agent.storage import SQLSessionStorage
+
+    return cast(Store, SQLSessionStorage(url))
+
+
+#: The stores the tools append through, by name: chatledger's ``LedgerSessionStorage``,
+#: zett-agent's own ``SQLSessionStorage``.
+STORES = {"chatledger": _ours, "zett": _zetts_own}
+
+
 def open_store(kind: str, url: URL | str, options: dict[str, Any] | None = None) -> Store:
-    """chatledger's ``LedgerSessionStorage`` (with ``options``) or zett-agent's
-    ``SQLSessionStorage`` on ``url``."""
-    if kind == "chatledger":
-        from ..zett import LedgerSessionStorage
-
-        return LedgerSessionStorage(url, **(options or {}))
-    if kind == "zett":
-        from zett_agent.storage import SQLSessionStorage
-
-        return cast(Store, SQLSessionStorage(url))
-    raise ValueError(f"store must be chatledger or zett, not {kind!r}")
+    """The store ``kind`` names (:data:`STORES`; chatledger's with ``options``) on ``url``."""
+    opener = STORES.get(kind)
+    if opener is None:
+        raise ValueError(f"store must be chatledger or zett, not {kind!r}")
+    return opener(url, options or {})
 
 
 def user_message(content: str) -> Any:

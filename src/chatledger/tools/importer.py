@@ -1,8 +1,10 @@
 """``chatledger import``: export records into a database, session by session.
 
-Each zett session is imported in a transaction of its own, and each rein session
-too. A session the target has already is compared, not written: identical ones are
-skipped, differing ones reported and left alone. An interrupted import, run again,
+Each session is imported in a transaction of its own, whatever its kind (and each
+row of state its kind's sessions share, ADK's ``app:``/``user:`` state), by the shape
+its kind's records take (:mod:`chatledger.kinds.records`). A session the target has
+already is compared, not written: identical ones are skipped, differing ones reported
+and left alone. An interrupted import, run again,
 imports what it had not committed, and nothing twice. The input is read a line at a
 time, ahead of the inserts (in a task of its own), which go in ``executemany``
 batches.
@@ -43,23 +45,30 @@ from .. import dialects, marks, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ChatledgerError, StorageUnavailable
-from ..schema import raw_messages_table, rein_sessions_table, sessions_table, snapshots_table
+from ..kinds import (
+    Checkpointed,
+    Layout,
+    Log,
+    MarkRule,
+    Rows,
+    SessionKind,
+    long_texts,
+    registered,
+)
 from . import interrupt
-from .logs import LOG_STORES, STATES, LogStore, StateTable
-from .logs import OPENAI as OPENAI_LOG
 from .progress import Tracker, progress
 from .rows import (
     FORMAT,
     FORMAT_VERSION,
-    FRAMEWORK_TABLES,
     MARKS,
-    TABLES,
     BulkInsert,
     FormatError,
     Record,
     RowCodec,
     Say,
+    optional_records,
 )
+from .rows import tables as known_tables
 from .spool import Spool
 
 #: Rows per ``executemany`` of the import, and the most bytes of JSON one may carry.
@@ -120,7 +129,7 @@ class ImportReport:
     marks: int = 0
     #: The input ended with its end record (``False``: truncated; what it held was imported).
     complete: bool = False
-    #: Framework ("zett", "rein", "OpenAI Agents", "ADK") -> its counts, in the order met.
+    #: Framework (its kind's label: "zett", "OpenAI Agents"...) -> its counts, in the order met.
     frameworks: dict[str, FrameworkCounts] = field(default_factory=dict)
 
     @property
@@ -154,27 +163,17 @@ def _tombstone_difference(input_deleted: bool, stored_deleted: bool) -> str | No
 
 
 class _Session:
-    """One session being imported (a zett session with its checkpoints and messages, a
-    rein session's row, an OpenAI Agents or ADK session with its entries, or one of
-    ADK's shared state rows): its rows as read, and what its transaction found."""
+    """One session being imported (a counter row with its checkpoints and raw log, a
+    row that is a session, a counter row with its entries), or one row of state a
+    kind's sessions share: its rows as read, and what its transaction found."""
 
-    def __init__(
-        self,
-        kind: str,
-        session_id: str,
-        *,
-        tombstone: bool,
-        store: LogStore | None = None,
-        state: StateTable | None = None,
-        key: tuple[Any, ...] = (),
-    ) -> None:
-        #: "zett", "rein", "log" (``store``'s) or "state" (``state``'s).
+    def __init__(self, kind: SessionKind, layout: Layout, key: tuple[Any, ...], *, tombstone: bool) -> None:
+        #: Its kind, and the shape of its records.
         self.kind = kind
-        self.id = session_id
-        self.store = store
-        self.state = state
+        self.layout = layout
         #: The key of its counter (or state) row: ``(id,)``, ADK's (app, user, id)...
         self.key = key
+        self.id = key[-1]
         #: The input's row is a tombstone: the session was deleted where it comes from.
         self.tombstone = tombstone
         self.messages = 0
@@ -182,8 +181,8 @@ class _Session:
         #: A log session's entries read, and its counter row's numbering.
         self.entries = 0
         self.base = self.last = 0
-        #: A zett session's counter row as the input has it, and the highest message
-        #: sequence inserted: above it, the counter row is put back before the COMMIT.
+        #: A checkpointed session's counter row as the input has it, and the highest
+        #: message sequence inserted: above it, the counter row is put back before the COMMIT.
         self.counter: tuple[Any, Any] | None = None
         self.top = 0
         self.spool = Spool(SPOOL_BYTES)
@@ -206,18 +205,19 @@ class _Session:
         self.batch_bound = validate.STATEMENT_OVERHEAD
 
     @property
+    def state(self) -> bool:
+        """A row of state the kind's sessions share, not a session."""
+        return isinstance(self.layout, Rows) and not self.layout.sessions
+
+    @property
     def label(self) -> str:
-        if self.store is not None:
-            return self.store.label(self.key)
-        if self.state is not None:
-            return self.state.label(self.key)
-        return f"{self.kind} session {self.id!r}"
+        if isinstance(self.layout, Log | Rows):
+            return self.layout.label(self.key)
+        return f"{self.kind.label} session {self.id!r}"
 
     @property
     def framework(self) -> str:
-        if self.store is not None:
-            return self.store.framework
-        return "ADK" if self.state is not None else self.kind
+        return self.kind.label
 
 
 def _row_bound(row: Record) -> int:
@@ -228,29 +228,35 @@ def _row_bound(row: Record) -> int:
     return 4 * characters + VALUE_BYTES * len(row)
 
 
-#: The long texts of a row of each kind, checked against the statement limit as the
-#: stores check them (``Ledger.check_statement_size``).
-_LONG_TEXTS: Mapping[str, tuple[str, ...]] = {
-    "message": ("content", "message_json", "metadata_json", "tags_json"),
-    "snapshot": ("message_json",),
-    "rein": ("session_json",),
-    "openai_item": ("item_json",),
-    "adk_session": ("state_json",),
-    "adk_event": ("event_json",),
-    "adk_app_state": ("state_json",),
-    "adk_user_state": ("state_json",),
-}
-#: The texts of an entry that count towards :data:`BATCH_BYTES`.
-_BATCH_TEXTS: Mapping[str, tuple[str, ...]] = {
-    "message": ("message_json", "content"),
-    "openai_item": ("item_json",),
-    "adk_event": ("event_json",),
-}
-
-
 def _unclosed(session: _Session, where: str) -> FormatError:
-    end = "session_end" if session.store is None else session.store.end
+    layout = session.layout
+    end = layout.end if isinstance(layout, Checkpointed | Log) else layout.record
     return FormatError(f"{where}: session {session.id!r} has no {end} record")
+
+
+#: What each record type is: its kind, its layout, and its part in the layout.
+_Role = tuple[SessionKind, Layout, str]
+
+
+def _roles() -> dict[str, _Role]:
+    """Record type -> (kind, layout, role): ``head``, ``checkpoint``, ``entry``, ``end``
+    of a session's records, or ``row``: one record a session (or state row)."""
+    found: dict[str, _Role] = {}
+    for kind in registered():
+        for layout in kind.records:
+            if isinstance(layout, Checkpointed):
+                parts = {
+                    layout.head: "head",
+                    layout.checkpoint: "checkpoint",
+                    layout.entry: "entry",
+                    layout.end: "end",
+                }
+            elif isinstance(layout, Log):
+                parts = {layout.head: "head", layout.entry: "entry", layout.end: "end"}
+            else:
+                parts = {layout.record: "row"}
+            found.update({record: (kind, layout, role) for record, role in parts.items()})
+    return found
 
 
 def _said(error: BaseException) -> str:
@@ -294,6 +300,11 @@ class Importer:
         self._unshown = 0
         #: The target's statement limit in bytes (``Ledger.statement_limit``).
         self.limit = ledger.statement_limit
+        #: Every record type of the registered kinds, and what it is.
+        self._roles = _roles()
+        #: The long texts of each record type's rows, checked against the statement limit
+        #: as the stores check theirs (``Ledger.check_statement_size``).
+        self._long_texts = {record: long_texts(table) for record, table in known_tables().items()}
 
     async def run(self, records: AsyncIterator[Record]) -> ImportReport:
         """Import every record; return the report.
@@ -321,65 +332,33 @@ class Importer:
                 if not isinstance(record, dict):
                     raise FormatError(f"{where}: not a JSON object")
                 kind = record.get("type")
-                if kind == "session":
+                role = self._roles.get(kind) if isinstance(kind, str) else None
+                if role is None:
+                    pass  # the core's records, or an unknown type: below
+                elif isinstance(role[1], Checkpointed):
+                    session = await self._checkpointed_record(
+                        session, role[0], role[1], role[2], record, where
+                    )
+                    continue
+                elif isinstance(role[1], Log):
+                    session = await self._log_record(session, role[0], role[1], str(kind), record, where)
+                    continue
+                else:
                     if session is not None:
                         raise _unclosed(session, where)
-                    row = self.codecs["session"].decode(record.get("row"), where)
-                    session = _Session("zett", row["id"], tombstone=row.get("deleted_at") is not None)
-                    await self._step(session, "session", row)
-                elif kind in ("snapshot", "message"):
-                    if session is None or session.kind != "zett":
-                        raise FormatError(f"{where}: a {kind} record outside a session")
-                    row = self.codecs[kind].decode(record.get("row"), where)
-                    if row["session_id"] != session.id:
-                        raise FormatError(
-                            f"{where}: a {kind} of session {row['session_id']!r} inside {session.id!r}"
-                        )
-                    if kind == "snapshot":
-                        session.snapshots += 1
-                    else:
-                        session.messages += 1
-                        self._show(messages=1)
-                    await self._step(session, kind, row)
-                elif kind == "session_end":
-                    if session is None or session.kind != "zett" or record.get("id") != session.id:
-                        raise FormatError(f"{where}: a session_end without its session")
-                    if (
-                        record.get("messages") != session.messages
-                        or record.get("snapshots") != session.snapshots
-                    ):
-                        raise FormatError(
-                            f"{where}: session {session.id!r} ends with {record.get('messages')} messages "
-                            f"and {record.get('snapshots')} checkpoints, but {session.messages} and "
-                            f"{session.snapshots} came before"
-                        )
-                    await self._step(session, "end", record)
-                    self._finish(session)
-                    session = None
-                elif kind == "rein_session":
-                    if session is not None:
-                        raise _unclosed(session, where)
-                    row = self.codecs["rein_session"].decode(record.get("row"), where)
-                    rein = _Session("rein", row["id"], tombstone=row.get("session_json") is None)
-                    await self._step(rein, "rein", row)
-                    self._finish(rein)
-                elif kind == "mark":
+                    layout = role[1]
+                    assert isinstance(layout, Rows)
+                    row = self._codec(layout.record, where).decode(record.get("row"), where)
+                    item = _Session(role[0], layout, layout.key_of(row), tombstone=layout.is_tombstone(row))
+                    await self._step(item, layout.record, row)
+                    self._finish(item)
+                    continue
+                if kind == "mark":
                     if session is not None:
                         raise _unclosed(session, where)
                     if "mark" not in self.codecs:
                         raise FormatError(f"{where}: a mark record, but the header lists no {MARKS.name}")
                     await self._mark(self.codecs["mark"].decode(record.get("row"), where))
-                elif isinstance(kind, str) and kind in LOG_STORES:
-                    session = await self._log_record(session, LOG_STORES[kind], kind, record, where)
-                elif isinstance(kind, str) and kind in STATES:
-                    if session is not None:
-                        raise _unclosed(session, where)
-                    state = STATES[kind]
-                    row = self._codec(kind, where).decode(record.get("row"), where)
-                    key = tuple(row[name] for name in state.key)
-                    item = _Session("state", key[-1], tombstone=False, state=state, key=key)
-                    await self._step(item, kind, row)
-                    self._finish(item)
                 elif kind == "end":
                     if session is not None:
                         raise _unclosed(session, where)
@@ -402,16 +381,62 @@ class Importer:
 
     def _codec(self, kind: str, where: str) -> RowCodec:
         codec = self.codecs.get(kind)
-        if codec is None:  # a framework's table a file lists only when it carries it
+        if codec is None:  # a kind's table a file lists only when it carries it
             raise FormatError(
-                f"{where}: a {kind} record, but the header lists no {FRAMEWORK_TABLES[kind].name}"
+                f"{where}: a {kind} record, but the header lists no {known_tables()[kind].name}"
             )
         return codec
 
-    async def _log_record(
-        self, session: _Session | None, store: LogStore, kind: str, record: Record, where: str
+    async def _checkpointed_record(
+        self,
+        session: _Session | None,
+        kind: SessionKind,
+        layout: Checkpointed,
+        role: str,
+        record: Record,
+        where: str,
     ) -> _Session | None:
-        """One record of an OpenAI Agents or ADK session block; the session open after it.
+        """One record of a session with checkpoints and a raw log; the session open after it."""
+        record_type = str(record.get("type"))
+        if role == "head":
+            if session is not None:
+                raise _unclosed(session, where)
+            row = self._codec(record_type, where).decode(record.get("row"), where)
+            opened = _Session(kind, layout, (row["id"],), tombstone=row.get(layout.marker) is not None)
+            await self._step(opened, record_type, row)
+            return opened
+        if role in ("checkpoint", "entry"):
+            if session is None or session.layout is not layout:
+                raise FormatError(f"{where}: a {record_type} record outside a session")
+            row = self._codec(record_type, where).decode(record.get("row"), where)
+            if row["session_id"] != session.id:
+                raise FormatError(
+                    f"{where}: a {record_type} of session {row['session_id']!r} inside {session.id!r}"
+                )
+            if role == "checkpoint":
+                session.snapshots += 1
+            else:
+                session.messages += 1
+                self._show(messages=1)
+            await self._step(session, record_type, row)
+            return session
+        if session is None or session.layout is not layout or record.get("id") != session.id:
+            raise FormatError(f"{where}: a {record_type} without its session")
+        if record.get("messages") != session.messages or record.get("snapshots") != session.snapshots:
+            raise FormatError(
+                f"{where}: session {session.id!r} ends with {record.get('messages')} messages "
+                f"and {record.get('snapshots')} checkpoints, but {session.messages} and "
+                f"{session.snapshots} came before"
+            )
+        await self._step(session, record_type, record)
+        self._finish(session)
+        return None
+
+    async def _log_record(
+        self, session: _Session | None, owner: SessionKind, store: Log, kind: str, record: Record, where: str
+    ) -> _Session | None:
+        """One record of a log session's block (an OpenAI Agents or ADK session); the
+        session open after it.
 
         Its entries must be numbered as the adapters number them: gap-free from the
         counter row's ``base_sequence + 1`` to its ``last_sequence`` (so an add or
@@ -422,13 +447,11 @@ class Importer:
                 raise _unclosed(session, where)
             row = self._codec(kind, where).decode(record.get("row"), where)
             key = store.key_of(row)
-            opened = _Session(
-                "log", row["id"], tombstone=row.get("deleted_at") is not None, store=store, key=key
-            )
+            opened = _Session(owner, store, key, tombstone=row.get(store.marker) is not None)
             opened.base, opened.last = row["base_sequence"], row["last_sequence"]
             await self._step(opened, kind, row)
             return opened
-        if session is None or session.store is not store:
+        if session is None or session.layout is not store:
             raise FormatError(f"{where}: a {kind} record outside its session")
         if kind == store.entry:
             row = self._codec(kind, where).decode(record.get("row"), where)
@@ -475,13 +498,14 @@ class Importer:
                 f"export format version {version!r}; this chatledger reads version {FORMAT_VERSION}: "
                 "use the chatledger that wrote it, or a newer one"
             )
-        tables = header.get("tables")
-        if not isinstance(tables, dict):
+        listed = header.get("tables")
+        if not isinstance(listed, dict):
             raise FormatError(f"{where}: the header lists no tables")
-        for kind, table in {**TABLES, **FRAMEWORK_TABLES}.items():
-            columns = tables.get(table.name)
-            if columns is None and kind in FRAMEWORK_TABLES:
-                continue  # a file written before the frameworks' sessions travelled
+        optional = optional_records()
+        for kind, table in known_tables().items():
+            columns = listed.get(table.name)
+            if columns is None and kind in optional:
+                continue  # a file written before that kind's sessions travelled
             if not isinstance(columns, list) or not all(isinstance(name, str) for name in columns):
                 raise FormatError(f"{where}: the header lists no columns for {table.name}")
             unknown = [name for name in columns if name not in table.c]
@@ -501,7 +525,7 @@ class Importer:
                     f"{where}: {table.name} rows lack the required columns {', '.join(lacking)}"
                 )
             self.codecs[kind] = RowCodec(table, columns)
-        columns = tables.get(MARKS.name)
+        columns = listed.get(MARKS.name)
         if columns is not None:  # a file written before marks travelled lists none
             if not isinstance(columns, list) or sorted(map(str, columns)) != sorted(MARKS.c.keys()):
                 wanted = list(MARKS.c.keys())
@@ -564,11 +588,11 @@ class Importer:
     # -- sessions, retried -------------------------------------------------------
 
     async def _step(self, session: _Session, kind: str, row: Record) -> None:
-        """Apply one row of ``session`` (``kind`` "end": its end, which commits), keeping
-        it for a retry; a failure a retry can cure runs the session again."""
+        """Apply one record of ``session`` (of type ``kind``; its end record commits),
+        keeping it for a retry; a failure a retry can cure runs the session again."""
         if session.mode == "skip":
             return
-        texts = _LONG_TEXTS.get(kind, ())
+        texts = self._long_texts.get(kind, ())
         session.spool.add(kind, row, sum(len(row[name] or "") for name in texts) + VALUE_BYTES)
         try:
             await self._apply(session, kind, row)
@@ -578,26 +602,25 @@ class Importer:
             session.spool.close()
 
     async def _apply(self, session: _Session, kind: str, row: Record) -> None:
-        if kind == "session":
-            await self._open(session, row)
-        elif kind == "snapshot":
-            await self._snapshot(session, row)
-        elif kind == "message":
-            await self._message(session, row)
-        elif kind == "end":
-            await self._close(session)
-        elif session.store is not None:
-            store = session.store
-            if kind == store.head:
-                await self._open_log(session, store, row)
-            elif kind == store.entry:
+        layout, role = session.layout, self._roles[kind][2]
+        if isinstance(layout, Checkpointed):
+            if role == "head":
+                await self._open(session, layout, row)
+            elif role == "checkpoint":
+                await self._snapshot(session, layout, row)
+            elif role == "entry":
                 await self._message(session, row, kind)
             else:
-                await self._close_log(session, store)
-        elif session.state is not None:
-            await self._state(session, session.state, row)
+                await self._close(session, layout)
+        elif isinstance(layout, Log):
+            if role == "head":
+                await self._open_log(session, layout, row)
+            elif role == "entry":
+                await self._message(session, row, kind)
+            else:
+                await self._close_log(session, layout)
         else:
-            await self._rein(session, row)
+            await self._row(session, layout, row)
 
     async def _replay(self, session: _Session) -> None:
         session.reset()
@@ -686,13 +709,13 @@ class Importer:
 
     async def _exists(self, session: _Session) -> bool:
         """Whether the target has the session now (another writer committed it)."""
-        if session.store is not None:
-            exists = select(session.store.sessions.c.id).where(session.store.is_session(session.key))
-        elif session.state is not None:
-            exists = select(session.state.table.c.app_name).where(session.state.is_row(session.key))
+        layout = session.layout
+        if isinstance(layout, Log):
+            exists = select(layout.sessions.c[layout.key[-1]]).where(layout.is_session(session.key))
+        elif isinstance(layout, Rows):
+            exists = select(layout.table.c[layout.key[-1]]).where(layout.is_row(session.key))
         else:
-            table = sessions_table if session.kind == "zett" else rein_sessions_table
-            exists = select(table.c.id).where(table.c.id == session.id)
+            exists = select(layout.sessions.c.id).where(layout.sessions.c.id == session.id)
         conn = await self._connection()
         try:
             found = await conn.scalar(exists)
@@ -709,17 +732,23 @@ class Importer:
         session.mode, session.reason = "skip", reason
 
     def _oversize(self, kind: str, row: Record) -> str | None:
-        """Why the row is too large for the target, checked as the stores check their rows
-        (``Ledger.check_statement_size``), before it is sent; else ``None``."""
-        texts = tuple(row[name] or "" for name in _LONG_TEXTS[kind])
+        """Why the row (of record type ``kind``) is too large for the target, checked as
+        the stores check their rows (``Ledger.check_statement_size``), before it is sent;
+        else ``None``."""
+        texts = tuple(row[name] or "" for name in self._long_texts[kind])
         try:
             validate.check_statement_size(texts, self.limit, kind)
         except ValueError:
-            what = f"its message {row['sequence']}" if kind == "message" else f"its {kind} row"
-            if kind in _BATCH_TEXTS and kind != "message":
-                what = f"its {kind.split('_', 1)[1]} {row['sequence']}"
-            elif kind == "snapshot":
+            owner, layout, role = self._roles[kind]
+            if role == "entry":
+                noun = layout.entries_name[:-1] if isinstance(layout, Log) else kind
+                what = f"its {noun} {row['sequence']}"
+            elif role == "checkpoint":
                 what = f"its checkpoint version {row['version']}"
+            elif isinstance(layout, Rows) and layout.sessions:
+                what = f"its {owner.name} row"
+            else:
+                what = f"its {kind} row"
             return (
                 f"{what} needs up to {validate.statement_size(*texts):,} bytes in one statement, more "
                 f"than the database's statement limit of {self.limit:,} bytes (statement_limit; MySQL's "
@@ -727,17 +756,15 @@ class Importer:
             )
         return None
 
-    # -- zett sessions -----------------------------------------------------------
+    # -- sessions with checkpoints and a raw log (zett's) -----------------------------
 
-    async def _open(self, session: _Session, row: Record) -> None:
-        s = sessions_table
+    async def _open(self, session: _Session, layout: Checkpointed, row: Record) -> None:
+        s = layout.sessions
         conn = await self._connection()
         await conn.begin()
         stored = (await conn.execute(select(s).where(s.c.id == row["id"]).with_for_update())).one_or_none()
         if stored is None:
-            below = await _below_mark(
-                conn, marks.ZETT, row["id"], row["base_sequence"], row["fields_version"]
-            )
+            below = await _below_mark(conn, layout.mark, session.key, row)
             if below is not None:
                 await self._rollback()
                 self._refuse(session, below)
@@ -747,26 +774,26 @@ class Importer:
             await conn.execute(s.insert(), row)
             return
         session.mode = "compare"
-        deleted = _tombstone_difference(session.tombstone, stored.deleted_at is not None)
-        difference = _first_difference(row, stored._mapping, self.codecs["session"].columns)
+        deleted = _tombstone_difference(session.tombstone, stored._mapping[layout.marker] is not None)
+        difference = _first_difference(row, stored._mapping, self.codecs[layout.head].columns)
         if deleted is not None or difference is not None:
             await self._differs(session, deleted or f"its session row differs in {difference}")
 
-    async def _snapshot(self, session: _Session, row: Record) -> None:
+    async def _snapshot(self, session: _Session, layout: Checkpointed, row: Record) -> None:
         await self._flush(session)
         if session.mode == "compare":
-            await self._compare_snapshot(session, row)
+            await self._compare_snapshot(session, layout, row)
             return
         if session.mode != "insert":
             return
-        too_large = self._oversize("snapshot", row)
+        too_large = self._oversize(layout.checkpoint, row)
         if too_large is not None:
             await self._rollback()
             self._refuse(session, too_large)
             return
-        await (await self._connection()).execute(snapshots_table.insert(), row)
+        await (await self._connection()).execute(layout.checkpoints.insert(), row)
 
-    async def _message(self, session: _Session, row: Record, kind: str = "message") -> None:
+    async def _message(self, session: _Session, row: Record, kind: str) -> None:
         """A raw-log entry (a zett message, an OpenAI item, an ADK event), batched."""
         bound = 0
         if session.mode == "insert":
@@ -780,19 +807,19 @@ class Importer:
             bound = _row_bound(row)
             if session.batch and session.batch_bound + bound > self.limit:
                 await self._flush(session)
-        if kind == "message":
+        if isinstance(session.layout, Checkpointed):
             session.top = max(session.top, int(row["sequence"]))
         session.batch.append(row)
         session.batch_bound += bound
         # The long texts, roughly: enough to keep one statement well within a server's limit.
-        session.batch_bytes += sum(len(row[name]) for name in _BATCH_TEXTS[kind])
+        session.batch_bytes += sum(len(row[name] or "") for name in self._long_texts[kind])
         if len(session.batch) >= BATCH_ROWS or session.batch_bytes >= BATCH_BYTES:
             await self._flush(session)
 
     def _bulk_insert(self, conn: AsyncConnection, kind: str) -> BulkInsert:
         bulk = self._bulk.get(kind)
         if bulk is None:
-            table = raw_messages_table if kind == "message" else FRAMEWORK_TABLES[kind]
+            table = known_tables()[kind]
             bulk = self._bulk[kind] = BulkInsert(table, self.codecs[kind].columns, conn.dialect)
         return bulk
 
@@ -802,11 +829,14 @@ class Importer:
         if not batch:
             return
         conn = await self._connection()
-        kind, noun = "message", "message"
-        table, of_session = raw_messages_table, raw_messages_table.c.session_id == session.id
-        if session.store is not None:
-            kind, noun = session.store.entry, session.store.entries_name[:-1]
-            table, of_session = session.store.entries, session.store.of_session(session.key)
+        layout = session.layout
+        if isinstance(layout, Log):
+            kind, noun = layout.entry, layout.entries_name[:-1]
+            table, of_session = layout.entries, layout.of_session(session.key)
+        else:
+            assert isinstance(layout, Checkpointed)  # only sessions with entries batch
+            kind = noun = layout.entry
+            table, of_session = layout.entries, layout.entries.c.session_id == session.id
         if session.mode == "insert":
             await self._bulk_insert(conn, kind).execute(conn, batch)
         elif session.mode == "compare":
@@ -830,8 +860,8 @@ class Importer:
                     await self._differs(session, f"{noun} {row['sequence']} differs in {difference}")
                     return
 
-    async def _compare_snapshot(self, session: _Session, row: Record) -> None:
-        v = snapshots_table
+    async def _compare_snapshot(self, session: _Session, layout: Checkpointed, row: Record) -> None:
+        v = layout.checkpoints
         conn = await self._connection()
         stored = (
             await conn.execute(select(v).where(v.c.session_id == session.id, v.c.version == row["version"]))
@@ -839,11 +869,11 @@ class Importer:
         if stored is None:
             await self._differs(session, f"the database lacks its checkpoint version {row['version']}")
             return
-        difference = _first_difference(row, stored._mapping, self.codecs["snapshot"].columns)
+        difference = _first_difference(row, stored._mapping, self.codecs[layout.checkpoint].columns)
         if difference is not None:
             await self._differs(session, f"checkpoint version {row['version']} differs in {difference}")
 
-    async def _close(self, session: _Session) -> None:
+    async def _close(self, session: _Session, layout: Checkpointed) -> None:
         await self._flush(session)
         conn = await self._connection()
         if session.mode == "insert":
@@ -852,7 +882,7 @@ class Importer:
                 # counter trigger (revision 0007, SQLite) moved the row along; it is
                 # imported as it was, on every backend, so a re-import finds it identical.
                 last, updated = session.counter
-                s = sessions_table
+                s = layout.sessions
                 await conn.execute(
                     update(s).where(s.c.id == session.id).values(last_sequence=last, updated_at=updated)
                 )
@@ -860,7 +890,7 @@ class Importer:
             await conn.commit()
             session.mode = "imported"
         elif session.mode == "compare":
-            r, v = raw_messages_table, snapshots_table
+            r, v = layout.entries, layout.checkpoints
             messages = await conn.scalar(
                 select(func.count()).select_from(r).where(r.c.session_id == session.id)
             )
@@ -884,18 +914,18 @@ class Importer:
         """Count a session (or ADK state row) done, and report it when it was not imported."""
         session.spool.close()
         counts = self._count(session)
-        if session.state is None:
+        if not session.state:
             self.tracker.advance(sessions=1)
             self._show()
         if session.mode == "identical" and not session.maybe_committed:
-            if session.state is not None:
+            if session.state:
                 counts.states_identical += 1
             else:
                 self.report.identical += 1
                 counts.identical += 1
         elif session.mode in ("imported", "identical"):
             # "identical" after a lost COMMIT: this import's own commit, found on the retry.
-            if session.state is not None:
+            if session.state:
                 counts.states += 1
                 return
             self.report.imported += 1
@@ -929,58 +959,21 @@ class Importer:
             self.report.problems.append(line)
         self.say(line)
 
-    # -- rein sessions -------------------------------------------------------------
+    # -- log sessions (OpenAI Agents', ADK's), and rows ----------------------------------
 
-    async def _rein(self, session: _Session, row: Record) -> None:
-        rein = rein_sessions_table
-        conn = await self._connection()
-        await conn.begin()
-        stored = (
-            await conn.execute(select(rein).where(rein.c.id == row["id"]).with_for_update())
-        ).one_or_none()
-        if stored is not None:
-            session.mode = "compare"
-            await self._rollback()
-            deleted = _tombstone_difference(session.tombstone, stored.session_json is None)
-            difference = _first_difference(row, stored._mapping, self.codecs["rein_session"].columns)
-            if deleted is None and difference is None:
-                session.mode = "identical"
-            else:
-                session.mode, session.reason = "skip", deleted or f"differs in {difference}"
-            return
-        session.mode = "insert"
-        too_large = None if session.tombstone else self._oversize("rein", row)
-        if too_large is None:
-            too_large = await _below_mark(conn, marks.REIN, row["id"], 0, row["version"])
-        if too_large is not None:
-            await self._rollback()
-            self._refuse(session, too_large)
-            return
-        await conn.execute(rein.insert(), row)
-        session.mode = "committing"
-        await conn.commit()
-        session.mode = "imported"
-
-    # -- OpenAI Agents and ADK sessions, ADK's shared state ---------------------------
-
-    async def _open_log(self, session: _Session, store: LogStore, row: Record) -> None:
+    async def _open_log(self, session: _Session, store: Log, row: Record) -> None:
         """A session's counter row: inserted (the rest follows in its transaction), or
-        compared with the target's, locked, as a zett session's is."""
+        compared with the target's, locked, as a checkpointed session's is."""
         conn = await self._connection()
         await conn.begin()
         stored = (
             await conn.execute(select(store.sessions).where(store.is_session(session.key)).with_for_update())
         ).one_or_none()
         if stored is None:
-            too_large = self._oversize(store.head, row) if store.head in _LONG_TEXTS else None
+            too_large = self._oversize(store.head, row) if self._long_texts[store.head] else None
             if too_large is None:
-                # A purged tombstone's mark, as for a zett session: the row must number on.
-                if store is OPENAI_LOG:
-                    store_id, mark_id, version = marks.OPENAI, row["id"], row.get("generation", 1)
-                else:
-                    mark_id = marks.adk_id(row["app_name"], row["user_id"], row["id"])
-                    store_id, version = marks.ADK, row.get("state_version", 1)
-                too_large = await _below_mark(conn, store_id, mark_id, row["base_sequence"], version)
+                # A purged tombstone's mark, as for any session: the row must number on.
+                too_large = await _below_mark(conn, store.mark, session.key, row)
             if too_large is not None:
                 await self._rollback()
                 self._refuse(session, too_large)
@@ -989,12 +982,12 @@ class Importer:
             await conn.execute(store.sessions.insert(), row)
             return
         session.mode = "compare"
-        deleted = _tombstone_difference(session.tombstone, stored.deleted_at is not None)
+        deleted = _tombstone_difference(session.tombstone, stored._mapping[store.marker] is not None)
         difference = _first_difference(row, stored._mapping, self.codecs[store.head].columns)
         if deleted is not None or difference is not None:
             await self._differs(session, deleted or f"its counter row differs in {difference}")
 
-    async def _close_log(self, session: _Session, store: LogStore) -> None:
+    async def _close_log(self, session: _Session, store: Log) -> None:
         await self._flush(session)
         conn = await self._connection()
         if session.mode == "insert":
@@ -1012,40 +1005,44 @@ class Importer:
             session.mode = "skip"
             session.reason = f"the database has {entries} {store.entries_name}, the input {session.entries}"
 
-    async def _state(self, session: _Session, state: StateTable, row: Record) -> None:
-        """One ``app:``/``user:`` state row, in a transaction of its own: inserted, or
-        compared with the target's (never merged into it)."""
+    async def _row(self, session: _Session, layout: Rows, row: Record) -> None:
+        """One row, in a transaction of its own: inserted (a session's after its mark is
+        checked), or compared with the target's (never merged into it)."""
         conn = await self._connection()
         await conn.begin()
         stored = (
-            await conn.execute(select(state.table).where(state.is_row(session.key)).with_for_update())
+            await conn.execute(select(layout.table).where(layout.is_row(session.key)).with_for_update())
         ).one_or_none()
         if stored is not None:
             session.mode = "compare"
             await self._rollback()
-            difference = _first_difference(row, stored._mapping, self.codecs[state.record].columns)
-            if difference is None:
+            deleted = _tombstone_difference(session.tombstone, layout.is_tombstone(stored._mapping))
+            difference = _first_difference(row, stored._mapping, self.codecs[layout.record].columns)
+            if deleted is None and difference is None:
                 session.mode = "identical"
             else:
-                session.mode, session.reason = "skip", f"differs in {difference}"
+                session.mode, session.reason = "skip", deleted or f"differs in {difference}"
             return
         session.mode = "insert"
-        too_large = self._oversize(state.record, row)
+        too_large = None if session.tombstone else self._oversize(layout.record, row)
+        if too_large is None and layout.mark is not None:
+            too_large = await _below_mark(conn, layout.mark, session.key, row)
         if too_large is not None:
             await self._rollback()
             self._refuse(session, too_large)
             return
-        await conn.execute(state.table.insert(), row)
+        await conn.execute(layout.table.insert(), row)
         session.mode = "committing"
         await conn.commit()
         session.mode = "imported"
 
 
-async def _below_mark(conn: AsyncConnection, store: int, id: str, base: int, version: int) -> str | None:
-    """Why a session row to insert under ``id`` would reuse what the id's high-water mark
-    (its purged tombstone, :mod:`chatledger.marks`) keeps, else ``None``; the mark is
-    removed in the caller's transaction (the row carries the high water on)."""
-    mark = await marks.take(conn, store, id)
+async def _below_mark(conn: AsyncConnection, rule: MarkRule, key: tuple[Any, ...], row: Record) -> str | None:
+    """Why a session row to insert under ``key`` would reuse what the id's high-water
+    mark (its purged tombstone, :mod:`chatledger.marks`) keeps, else ``None``; the mark
+    is removed in the caller's transaction (the row carries the high water on)."""
+    base, version = rule.reached(row)
+    mark = await marks.take(conn, rule.store, rule.mark_id(key))
     if mark is None or (base >= mark.last_sequence and version > mark.version):
         return None
     return (

@@ -19,6 +19,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from .rows import progress_totals
+
 
 class RateColumn(ProgressColumn):
     """Items per second of a task (rich's own speed column counts bytes)."""
@@ -70,10 +72,9 @@ class Tracker:
     def start(self, counts: Mapping[str, Any]) -> None:
         if self.bars is None:
             return
-        # Every framework's sessions (a file from before the OpenAI and ADK ones counts none).
-        kinds = ("sessions", "rein_sessions", "openai_sessions", "adk_sessions")
-        self.sessions = self.bars.add_task("sessions", total=sum(int(counts.get(kind, 0)) for kind in kinds))
-        self.messages = self.bars.add_task("messages", total=int(counts.get("messages", 0)))
+        sessions, messages = progress_totals(counts)
+        self.sessions = self.bars.add_task("sessions", total=sessions)
+        self.messages = self.bars.add_task("messages", total=messages)
 
     def advance(self, sessions: int = 0, messages: int = 0) -> None:
         if self.bars is None or self.sessions is None or self.messages is None:

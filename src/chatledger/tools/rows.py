@@ -10,7 +10,6 @@ changes only when the meaning of the records does.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,49 +17,86 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..schema import (
-    adk_app_states_table,
-    adk_events_table,
-    adk_sessions_table,
-    adk_user_states_table,
-    high_water_marks_table,
-    openai_items_table,
-    openai_sessions_table,
-    raw_messages_table,
-    rein_sessions_table,
-    sessions_table,
-    snapshots_table,
-)
+from ..kinds import Checkpointed, Log, Record, record_tables, registered, session_counts
+from ..schema import high_water_marks_table
 
 #: The ``format`` of the header line.
 FORMAT = "chatledger-export"
 #: Bumped only when the meaning of the records changes, not when columns are added.
 FORMAT_VERSION = 1
-#: Record type -> the table its ``row`` belongs to.
-TABLES: Mapping[str, Table] = {
-    "session": sessions_table,
-    "snapshot": snapshots_table,
-    "message": raw_messages_table,
-    "rein_session": rein_sessions_table,
-}
 
-#: The high-water marks of purged tombstones (``mark`` records): apart from
-#: :data:`TABLES`, since a file written before they travelled lists no such table.
+#: The high-water marks of purged tombstones (``mark`` records): apart from the
+#: kinds' tables, since a file written before they travelled lists no such table.
 MARKS = high_water_marks_table
 
-#: The OpenAI Agents SDK's and ADK's tables, by record type: apart from :data:`TABLES`,
-#: since a file written before their records travelled lists none of them.
-FRAMEWORK_TABLES: Mapping[str, Table] = {
-    "openai_session": openai_sessions_table,
-    "openai_item": openai_items_table,
-    "adk_session": adk_sessions_table,
-    "adk_event": adk_events_table,
-    "adk_app_state": adk_app_states_table,
-    "adk_user_state": adk_user_states_table,
-}
+
+def tables() -> dict[str, Table]:
+    """Record type -> the table its ``row`` belongs to, of every registered kind, in the
+    order the header lists them (:attr:`chatledger.kinds.SessionKind.records`)."""
+    return {
+        record: table
+        for kind in registered()
+        for layout in kind.records
+        for record, table in record_tables(layout).items()
+    }
 
 
-Record = dict[str, Any]
+def optional_records() -> frozenset[str]:
+    """The record types a file may lack the tables of: those of the kinds whose records
+    travelled after the first version of the format
+    (:attr:`chatledger.kinds.SessionKind.optional_in_export`)."""
+    return frozenset(
+        record
+        for kind in registered()
+        if kind.optional_in_export
+        for layout in kind.records
+        for record in record_tables(layout)
+    )
+
+
+def progress_records() -> tuple[frozenset[str], frozenset[str]]:
+    """The record types the progress bars advance by: a raw message (the messages bar),
+    and a session's last record (the sessions bar)."""
+    layouts = [layout for kind in registered() for layout in kind.records]
+    entries = frozenset(layout.entry for layout in layouts if isinstance(layout, Checkpointed))
+    ends = frozenset(
+        layout.end if isinstance(layout, Checkpointed | Log) else layout.record
+        for layout in layouts
+        if session_counts(layout)
+    )
+    return entries, ends
+
+
+def progress_totals(counts: Mapping[str, Any]) -> tuple[int, int]:
+    """The progress bars' totals from an export's counts: its sessions of every kind (a
+    file from before some kinds travelled counts none of theirs), and its raw messages."""
+    layouts = [layout for kind in registered() for layout in kind.records]
+    sessions = sum(int(counts.get(key, 0)) for layout in layouts for key in session_counts(layout))
+    messages = sum(
+        int(counts.get(layout.entries_count, 0)) for layout in layouts if isinstance(layout, Checkpointed)
+    )
+    return sessions, messages
+
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MARKS",
+    "BulkInsert",
+    "Counts",
+    "FormatError",
+    "Record",
+    "RowCodec",
+    "Say",
+    "optional_records",
+    "progress_records",
+    "progress_totals",
+    "tables",
+]
+
+#: How many of each a stream holds, by the keys the layouts count under
+#: (``sessions``, ``messages``, ``rein_sessions``, ``openai_items``...).
+Counts = dict[str, int]
 
 
 class FormatError(ValueError):
@@ -184,22 +220,6 @@ class BulkInsert:
                     values[index] = processor(value)
             parameters.append(dict(zip(order, values, strict=True)) if self._named else tuple(values))
         await conn.exec_driver_sql(self.sql, parameters)
-
-
-@dataclass
-class Counts:
-    """How many of each a stream holds."""
-
-    sessions: int = 0
-    messages: int = 0
-    snapshots: int = 0
-    rein_sessions: int = 0
-    openai_sessions: int = 0
-    openai_items: int = 0
-    adk_sessions: int = 0
-    adk_events: int = 0
-    #: ``app:`` and ``user:`` state rows.
-    adk_states: int = 0
 
 
 Say = Callable[[str], None]

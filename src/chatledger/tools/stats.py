@@ -20,8 +20,9 @@ from ..stats import LARGEST, Stats, read_stats
 from .commands.shared import add_dsn
 
 HELP = (
-    "what the database holds: sessions live and deleted, raw messages, checkpoints, rein "
-    "sessions, bytes per table, the largest sessions (--json for machines)"
+    "what the database holds, per kind of session: sessions live and deleted, their entries "
+    "(raw messages, items, events), checkpoints, bytes per table of chatledger's, the largest "
+    "sessions (--json for machines)"
 )
 
 
@@ -33,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=LARGEST,
         metavar="N",
-        help=f"list the N largest sessions per framework (default: {LARGEST}; 0: none)",
+        help=f"list the N largest sessions per kind (default: {LARGEST}; 0: none)",
     )
 
 
@@ -69,12 +70,13 @@ def _bytes(value: int | None) -> str:
 
 
 def print_tables(stats: Stats, console: Console) -> None:
-    """The figures as rich tables: counts per framework, bytes per table, largest sessions."""
+    """The figures as rich tables: counts per kind, bytes per table (chatledger's own,
+    the total saying what it covers), largest sessions."""
     _say(console, f"{stats.database} ({stats.system}), read in {stats.seconds:.3f} s")
     # Headings as lines of their own: a table's title wraps at the table's width.
     _say(console, "sessions and rows")
     counts = RichTable()
-    for name in ("framework", "what", "count"):
+    for name in ("kind", "what", "count"):
         counts.add_column(name, justify="right" if name == "count" else "left")
     for framework in stats.frameworks:
         for what, count in framework.counts.items():
@@ -82,22 +84,29 @@ def print_tables(stats: Stats, console: Console) -> None:
     console.print(counts)
     _say(console, f"bytes per table, from {stats.size.source}")
     sizes = RichTable()
-    for name in ("framework", "table", "bytes", "size"):
+    for name in ("kind", "table", "bytes", "size"):
         sizes.add_column(name, justify="right" if name in ("bytes", "size") else "left")
+    listed = set()
     for framework in stats.frameworks:
         for table in framework.tables:
+            listed.add(table)
             value = stats.size.tables.get(table)
             sizes.add_row(framework.name, table, "-" if value is None else str(value), _bytes(value))
+    # chatledger's own bookkeeping: the high-water marks, the revision it is at.
+    for table, value in sorted(stats.size.tables.items()):
+        if table not in listed:
+            sizes.add_row("", table, str(value), _bytes(value))
     total = stats.size.total
     sizes.add_row("", "total", "-" if total is None else str(total), _bytes(total))
     console.print(sizes)
+    _say(console, f"the total: {stats.total_covers}")
     for framework in stats.frameworks:
         if not framework.largest:
             continue
-        _say(console, f"largest {framework.name} sessions, by raw messages")
+        _say(console, f"largest {framework.name} sessions, by {framework.largest_by}")
         largest = RichTable()
         largest.add_column("id")
-        largest.add_column("messages", justify="right")
+        largest.add_column(framework.largest_by.split(" (")[0], justify="right")
         for session in framework.largest:
             largest.add_row(session.id, str(session.messages))
         console.print(largest)

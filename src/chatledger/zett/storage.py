@@ -23,6 +23,7 @@ from .. import clock, integrity, marks, telemetry, tombstones, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ConstraintViolation, SessionDeleted, SnapshotConflict, VersionConflict
+from ..kinds import ZETT
 from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
 from ..schema import snapshots_table as _snapshots
@@ -828,7 +829,7 @@ class LedgerSessionStorage:
         before = tombstones.cutoff(horizon, deleted_before)
         size = validate.integer(batch_size, "batch_size", minimum=1)
         return await tombstones.purge_tombstones(
-            self.ledger, tombstones.ZETT, before, size=size, progress=progress
+            self.ledger, ZETT.tombstone_rows(), before, size=size, progress=progress
         )
 
     async def _delete(

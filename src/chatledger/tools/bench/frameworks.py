@@ -39,14 +39,32 @@ from sqlalchemy import MetaData, String
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from ... import dialects
+from ... import dialects, kinds
 from ...migrate import upgrade_database
 from ..harness import error_kinds
 from .measure import Call, measure_calls
 from .results import FrameworkConcurrency, Frameworks, FrameworkStore, Sizes, check
-from .workloads import fresh_databases
+from .workloads import Databases, fresh_databases
 
-OPENAI, ADK = "OpenAI Agents", "ADK"
+OPENAI, ADK = kinds.OPENAI.label, kinds.ADK.label
+
+#: One kind's section: its framework's own store(s) beside chatledger's adapter, on the
+#: run's fresh databases (a SQLite file path beside them where the backend is SQLite).
+Measure = Callable[[Databases, Path | None, Sizes, random.Random], Awaitable[list[FrameworkStore]]]
+#: The sections, by kind name (:func:`measures`); a kind without one is not measured here.
+_MEASURES: dict[str, Measure] = {}
+
+
+def measures(kind: kinds.SessionKind) -> Callable[[Measure], Measure]:
+    """Register the decorated function as the bench's section of ``kind``."""
+
+    def register(measure: Measure) -> Measure:
+        _MEASURES[kind.name] = measure
+        return measure
+
+    return register
+
+
 #: The newest items / events a bounded read asks for.
 RECENT = 20
 #: Seconds one write of the concurrency round may take before it counts as an error.
@@ -141,9 +159,13 @@ async def _sdk_tables(engine: Any, session: Any) -> str:
     return f"the SDK cannot create its tables ({reason}): made by hand, VARCHAR(255)"
 
 
+@measures(kinds.OPENAI)
 async def _openai(
-    sdk_url: URL, ledger_url: URL, sqlite_path: Path | None, sizes: Sizes, rng: random.Random
+    databases: Databases, sqlite_path: Path | None, sizes: Sizes, rng: random.Random
 ) -> list[FrameworkStore]:
+    """The SDK's ``SQLAlchemySession`` on the floor's database (its ``agent_sessions``
+    has the name of chatledger's), its ``SQLiteSession`` on SQLite."""
+    sdk_url, ledger_url = databases.floor, databases.ledger
     from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
     from agents.memory import SQLiteSession
 
@@ -226,7 +248,12 @@ def _event(text: str, state: dict[str, Any]) -> Any:
     )
 
 
-async def _adk(adk_url: URL, ledger_url: URL, sizes: Sizes, rng: random.Random) -> list[FrameworkStore]:
+@measures(kinds.ADK)
+async def _adk(
+    databases: Databases, sqlite_path: Path | None, sizes: Sizes, rng: random.Random
+) -> list[FrameworkStore]:
+    """ADK's ``DatabaseSessionService`` on the zett database, on chatledger's async driver."""
+    adk_url, ledger_url = databases.zett.set(drivername=databases.ledger.drivername), databases.ledger
     from google.adk.errors import StaleSessionError
     from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
     from google.adk.sessions.database_session_service import DatabaseSessionService
@@ -304,8 +331,9 @@ async def _adk(adk_url: URL, ledger_url: URL, sizes: Sizes, rng: random.Random) 
 async def measure_frameworks(
     admin: URL, sizes: Sizes, rng: random.Random, say: Callable[[str], None]
 ) -> Frameworks:
-    """Both frameworks' stores on the server ``admin`` names, each in a fresh database;
-    ``framework_items`` 0: not measured. A framework that is not installed is a note."""
+    """Each registered kind's section (:func:`measures`), in registry order, on the server
+    ``admin`` names, each store in a fresh database; ``framework_items`` 0: not
+    measured. A framework that is not installed is a note."""
     if not sizes.framework_items:
         return Frameworks(note="not measured: framework_items is 0")
     backend = dialects.backend(admin.get_backend_name())
@@ -313,18 +341,15 @@ async def measure_frameworks(
     notes = []
     async with fresh_databases(admin) as databases:
         await upgrade_database(databases.ledger)
-        # The zett database, on chatledger's async driver, for ADK's own tables.
-        adk_url = databases.zett.set(drivername=databases.ledger.drivername)
         sqlite_path = None if backend.server else Path(str(databases.floor.database)).with_name("sdk.sqlite3")
-        sections: list[tuple[str, Callable[[], Awaitable[list[FrameworkStore]]]]] = [
-            (OPENAI, functools.partial(_openai, databases.floor, databases.ledger, sqlite_path, sizes, rng)),
-            (ADK, functools.partial(_adk, adk_url, databases.ledger, sizes, rng)),
-        ]
-        for name, measure in sections:
-            say(f"frameworks: {name}, {sizes.framework_items} items, {sizes.framework_rounds} rounds")
+        for kind in kinds.registered():
+            measure = _MEASURES.get(kind.name)
+            if measure is None:
+                continue
+            say(f"frameworks: {kind.label}, {sizes.framework_items} items, {sizes.framework_rounds} rounds")
             try:
-                result.stores += await measure()
+                result.stores += await measure(databases, sqlite_path, sizes, rng)
             except ModuleNotFoundError as error:
-                notes.append(f"{name} not measured: {error.name} is not installed")
+                notes.append(f"{kind.label} not measured: {error.name} is not installed")
     result.note = "; ".join(notes)
     return result

@@ -11,10 +11,10 @@ from datetime import timedelta
 
 from rich.console import Console
 
+from ...kinds import chosen, registered
 from ...options import LedgerOptions
-from ..kinds import KINDS
 from ..words import counted
-from .shared import Command, add_dsn
+from .shared import Command, add_dsn, add_kind
 
 #: The retry budget of a retention run, in seconds: the library's, not the interactive
 #: commands' (chatledger/interactive.py): a run from cron meeting a failover halfway
@@ -23,9 +23,21 @@ SERVICE_BUDGET: float = LedgerOptions.model_fields["retry_timeout"].default
 
 HELP = (
     "delete the sessions idle longer than a duration and purge the tombstones of sessions deleted "
-    "longer ago than a horizon: zett's, rein's, openai's (OpenAI Agents SDK) and adk's (Google ADK) "
-    "(docs/retention.md)"
+    "longer ago than a horizon, of each kind of session (docs/retention.md)"
 )
+
+
+def _defaults() -> str:
+    """The kinds a run handles unless told, and the others, in words."""
+    handled = [kind.name for kind in registered() if kind.retained_by_default]
+    named = [kind.name for kind in registered() if not kind.retained_by_default]
+    text = " and ".join(handled)
+    if named:
+        text += (
+            f"; {' and '.join(named)} only when named, once every writer of theirs runs this release: "
+            "docs/retention.md"
+        )
+    return text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -39,12 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="purge the tombstones of sessions deleted longer ago than AGE (their ids' high-water "
         "marks stay, so no sequence or version is reused)",
     )
-    parser.add_argument(
-        "--kind",
-        choices=KINDS,
-        help="only this kind of session (default: zett and rein; openai and adk only when named, "
-        "once every writer of theirs runs this release: docs/retention.md)",
-    )
+    add_kind(parser, _defaults())
     parser.add_argument("--dry-run", action="store_true", help="delete nothing: count what would be deleted")
     parser.add_argument(
         "--batch-size", type=int, default=500, metavar="N", help="ids read per batch (default: 500)"
@@ -83,12 +90,12 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     )
     if args.retry_timeout < 0:
         raise ValueError(f"--retry-timeout must not be negative, not {args.retry_timeout:g}")
-    kinds = (args.kind,) if args.kind else retention.DEFAULT_KINDS
+    kinds = chosen(args.kind, [kind for kind in registered() if kind.retained_by_default])
     report = await retention.apply(
         args.dsn,
         policy,
         dry_run=args.dry_run,
-        kinds=kinds,
+        kinds=[kind.name for kind in kinds],
         batch_size=args.batch_size,
         retry_timeout=args.retry_timeout,
     )
@@ -110,18 +117,18 @@ async def run(args: argparse.Namespace, console: Console) -> int:
     verb = "would delete" if report.dry_run else "deleted"
     purged = "would purge" if report.dry_run else "purged"
     for kind in kinds:
-        if kind not in report.sessions and kind not in report.tombstones:
-            extra = {"openai": "openai-agents"}.get(kind, kind)
-            console.print(f"{kind}: not installed (pip install 'chatledger[{extra}]')", markup=False)
+        name = kind.name
+        if name not in report.sessions and name not in report.tombstones:
+            console.print(f"{name}: not installed (pip install 'chatledger[{kind.extra}]')", markup=False)
             continue
         parts = []
-        if kind in report.sessions:
-            parts.append(f"{verb} {counted(report.sessions[kind], 'idle session')}")
-            if report.kept.get(kind):
-                parts.append(f"kept {counted(report.kept[kind], 'session')} written to meanwhile")
-        if kind in report.tombstones:
-            parts.append(f"{purged} {counted(report.tombstones[kind], 'tombstone')}")
-        console.print(f"{kind}: {', '.join(parts)}", markup=False, highlight=False)
+        if name in report.sessions:
+            parts.append(f"{verb} {counted(report.sessions[name], 'idle session')}")
+            if report.kept.get(name):
+                parts.append(f"kept {counted(report.kept[name], 'session')} written to meanwhile")
+        if name in report.tombstones:
+            parts.append(f"{purged} {counted(report.tombstones[name], 'tombstone')}")
+        console.print(f"{name}: {', '.join(parts)}", markup=False, highlight=False)
     if report.dry_run:
         console.print("dry run: nothing deleted", markup=False)
     return 0

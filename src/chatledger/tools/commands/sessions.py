@@ -8,9 +8,9 @@ import argparse
 from rich.console import Console
 
 from ... import validate
+from ...kinds import SessionKind, chosen, names, registered
 from ...types import MAX_ADK_SCOPE_LENGTH
-from ..kinds import KINDS
-from .shared import Command, add_dsn
+from .shared import Command, add_dsn, add_kind
 
 #: What deleting a session leaves of its id, as ``sessions delete`` and ``purge`` say it.
 _RESERVED = (
@@ -24,24 +24,25 @@ _RESERVED = (
 def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    def action(
-        name: str, help: str, description: str | None = None, kinds: tuple[str, ...] = KINDS
-    ) -> argparse.ArgumentParser:
+    def action(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
         sub = actions.add_parser(name, help=help, description=description or help)
         add_dsn(sub)
-        default = "both" if len(kinds) == 2 else "all"
-        sub.add_argument("--kind", choices=kinds, help=f"only this kind of session (default: {default})")
+        add_kind(sub, "all")
         return sub
 
-    def scoped(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--app", metavar="APP", help="with --kind adk: only sessions of this app_name")
-        sub.add_argument("--user", metavar="USER", help="with --kind adk: only sessions of this user_id")
+    def scoped(sub: argparse.ArgumentParser, prefix: str = "with --kind") -> None:
+        for flag, column in _SCOPES.items():
+            sub.add_argument(
+                flag,
+                metavar=flag.removeprefix("--").upper(),
+                help=f"{prefix} {_scoped_kinds(column)}: only sessions of this {column}",
+            )
 
     listing = action(
         "list",
-        "the newest sessions of each kind: zett, rein, openai (OpenAI Agents SDK), adk (Google ADK)",
-        "the newest sessions of each kind: zett, rein, openai (OpenAI Agents SDK) newest activity "
-        "first; adk (Google ADK) by app, user and id, with the app and user of each",
+        f"the newest sessions of each kind ({', '.join(names())})",
+        f"the newest sessions of each kind ({', '.join(names())}): newest activity first, or in key "
+        "order where a kind keeps no index by activity (adk: by app, user and id)",
     )
     listing.add_argument("--limit", type=int, default=20, metavar="N", help="sessions per kind (default: 20)")
     listing.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -58,8 +59,7 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="show at most the last N messages, items or events (default: 50)",
     )
-    show.add_argument("--app", metavar="APP", help="adk: only the session of this app_name")
-    show.add_argument("--user", metavar="USER", help="adk: only the session of this user_id")
+    scoped(show, "of")
     delete = action(
         "delete",
         "delete one session with its whole history (asks first)",
@@ -90,23 +90,45 @@ def _configure_sessions(parser: argparse.ArgumentParser) -> None:
     purge.add_argument("--yes", action="store_true", help="do not ask")
 
 
-def _scope(value: str | None, flag: str) -> str | None:
-    """An ``--app``/``--user`` value, checked as the ADK service checks ``app_name`` and
-    ``user_id`` (not blank, no NUL, at most ``MAX_ADK_SCOPE_LENGTH`` characters)."""
-    return None if value is None else validate.identifier(value, flag, limit=MAX_ADK_SCOPE_LENGTH)
+#: The options that narrow a kind's sessions beyond their id, and the key column each
+#: names (:attr:`chatledger.kinds.SessionKind.scopes`).
+_SCOPES = {"--app": "app_name", "--user": "user_id"}
+
+
+def _scoped_kinds(column: str) -> str:
+    """The kinds a scope column narrows, as ``--kind`` names them (``adk``)."""
+    return " or ".join(kind.name for kind in registered() if column in kind.scopes) or "(none)"
+
+
+def _scope(args: argparse.Namespace, kinds: tuple[SessionKind, ...]) -> dict[str, str]:
+    """The ``--app``/``--user`` values given, checked as the ADK service checks
+    ``app_name`` and ``user_id`` (not blank, no NUL, at most ``MAX_ADK_SCOPE_LENGTH``
+    characters). ``show`` narrows the kinds that have the scope and shows the others
+    whole; ``delete`` and ``purge`` take it only when every kind named has it.
+
+    Raises:
+        ValueError: a scope given for kinds without it, or a bad value.
+    """
+    given = {
+        column: validate.identifier(value, flag, limit=MAX_ADK_SCOPE_LENGTH)
+        for flag, column in _SCOPES.items()
+        if (value := getattr(args, flag.removeprefix("--"))) is not None
+    }
+    if given:
+        having = [kind for kind in kinds if set(given) <= set(kind.scopes)]
+        if not having if args.action == "show" else len(having) != len(kinds):
+            names = " or ".join(kind.name for kind in registered() if set(given) <= set(kind.scopes))
+            raise ValueError(f"--app and --user are for --kind {names}")
+    return given
 
 
 async def _sessions(args: argparse.Namespace, console: Console) -> int:
     from .. import sessions
 
-    kinds = (args.kind,) if args.kind else sessions.KINDS
-    scope: dict[str, str | None] = {}
+    kinds = args.kind
+    scope: dict[str, str] = {}
     if args.action in ("show", "delete", "purge"):
-        scope = {"app_name": _scope(args.app, "--app"), "user_id": _scope(args.user, "--user")}
-        # show without --kind shows every kind, and only ADK's by the two
-        scoped = args.kind not in (None, "adk") if args.action == "show" else args.kind != "adk"
-        if (args.app is not None or args.user is not None) and scoped:
-            raise ValueError("--app and --user are for --kind adk")
+        scope = _scope(args, chosen(kinds))
     if args.action == "list":
         listing = await sessions.list_sessions(args.dsn, limit=args.limit, kinds=kinds)
         sessions.print_list(listing, console, as_json=args.json)
@@ -118,11 +140,11 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
             console,
             messages=args.messages,
             kinds=kinds,
-            **scope,
+            scope=scope,
         )
         return 0 if found else 1
     if args.action == "delete":
-        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds, **scope)
+        return await sessions.delete(args.dsn, args.id, console, yes=args.yes, kinds=kinds, scope=scope)
     age = sessions.parse_age(args.older_than) if args.older_than is not None else None
     return await sessions.purge(
         args.dsn,
@@ -132,7 +154,7 @@ async def _sessions(args: argparse.Namespace, console: Console) -> int:
         dry_run=args.dry_run,
         yes=args.yes,
         kinds=kinds,
-        **scope,
+        scope=scope,
     )
 
 

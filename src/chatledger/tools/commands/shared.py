@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from ...dsn import DSN_ENV, as_argument, default_sqlite_path, resolve_dsn
+from ...kinds import ALL, names
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,18 @@ def add_dsn(parser: argparse.ArgumentParser) -> None:
         "--dsn",
         help="database URL (postgresql://, postgresql+psycopg://, mysql://, mariadb://, "
         f"sqlite:///PATH); default: ${DSN_ENV}, else the embedded SQLite database",
+    )
+
+
+def add_kind(parser: argparse.ArgumentParser, default: str) -> None:
+    """The ``--kind`` option: a registered kind of session (:mod:`chatledger.kinds`) or
+    ``all``, repeatable (``--kind openai --kind adk``); none given: ``default``."""
+    parser.add_argument(
+        "--kind",
+        action="append",
+        choices=(*names(), ALL),
+        metavar="KIND",
+        help=f"only this kind of session: {', '.join(names())}, or {ALL} (repeatable; default: {default})",
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
+from ...kinds import Checkpointed, Log, Rows, SessionKind, registered
 from ..words import counted
 from .shared import Command, add_dsn, say
 
@@ -31,16 +32,52 @@ async def _export(args: argparse.Namespace, console: Console) -> int:
     messages = console if args.output not in (None, "-") else Console(stderr=True, highlight=False)
     with open_output(args.output) as output:
         counts = await export(args.dsn, output, ids=args.session, console=messages)
-    say(
-        messages,
-        f"exported {counted(counts.sessions, 'zett session')} ({counted(counts.messages, 'message')}, "
-        f"{counted(counts.snapshots, 'checkpoint')}) and {counted(counts.rein_sessions, 'rein session')}; "
-        f"{counted(counts.openai_sessions, 'OpenAI Agents session')} "
-        f"({counted(counts.openai_items, 'item')}) "
-        f"and {counted(counts.adk_sessions, 'ADK session')} ({counted(counts.adk_events, 'event')}, "
-        f"{counted(counts.adk_states, 'app:/user: state row')}) to {args.output or 'stdout'}",
-    )
+    exported = " and ".join(_exported(kind, counts) for kind in registered())
+    say(messages, f"exported {exported} to {args.output or 'stdout'}")
     return 0
+
+
+def _exported(kind: SessionKind, counts: dict[str, int]) -> str:
+    """``3 zett sessions (5 messages, 1 checkpoint)``: one kind's part of an export."""
+    sessions, details = 0, []
+    for layout in kind.records:
+        if isinstance(layout, Checkpointed):
+            sessions += counts.get(layout.count, 0)
+            details += [
+                counted(counts.get(layout.entries_count, 0), "message"),
+                counted(counts.get(layout.checkpoints_count, 0), "checkpoint"),
+            ]
+        elif isinstance(layout, Log):
+            sessions += counts.get(layout.count, 0)
+            details.append(counted(counts.get(layout.entries_count, 0), layout.entries_name[:-1]))
+        elif layout.sessions:
+            sessions += counts.get(layout.count, 0)
+    states = _state_rows(kind)
+    if states:
+        details.append(counted(counts.get(states[0].count, 0), _state_noun(kind)))
+    text = counted(sessions, f"{kind.label} session")
+    return f"{text} ({', '.join(details)})" if details else text
+
+
+def _state_rows(kind: SessionKind) -> list[Rows]:
+    """The rows of state the kind's sessions share (ADK's ``app:``/``user:`` state)."""
+    return [layout for layout in kind.records if isinstance(layout, Rows) and not layout.sessions]
+
+
+def _state_noun(kind: SessionKind | None) -> str:
+    """What the summaries count the kind's state rows as ("app:/user: state row")."""
+    states = [] if kind is None else _state_rows(kind)
+    return (states[0].counted_as or states[0].noun) if states else "state row"
+
+
+def _labelled(label: str) -> SessionKind | None:
+    """The kind the reports name ``label``."""
+    return next((kind for kind in registered() if kind.label == label), None)
+
+
+def _moving_in() -> list[SessionKind]:
+    """The kinds with an import from their framework's own tables."""
+    return [kind for kind in registered() if kind.moves_in is not None]
 
 
 def _configure_import(parser: argparse.ArgumentParser) -> None:
@@ -48,28 +85,18 @@ def _configure_import(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "file", metavar="FILE", nargs="?", help="an export of chatledger export (.gz too); - reads stdin"
     )
-    parser.add_argument(
-        "--openai-sdk",
-        metavar="DSN",
-        help="instead of FILE: the database the OpenAI Agents SDK's SQLAlchemySession or SQLiteSession "
-        "wrote (its agent_sessions/agent_messages tables), never chatledger's own",
-    )
-    parser.add_argument(
-        "--adk",
-        metavar="DSN",
-        help="instead of FILE: the database Google ADK's DatabaseSessionService wrote (its sessions, "
-        "events, app_states and user_states tables)",
-    )
-    parser.add_argument(
-        "--messages-table", default="agent_messages", help="with --openai-sdk: its message table"
-    )
-    parser.add_argument(
-        "--sessions-table", default="agent_sessions", help="with --openai-sdk: its session table"
-    )
+    for kind in _moving_in():
+        assert kind.moves_in is not None
+        parser.add_argument(kind.moves_in.flag, metavar="DSN", help=kind.moves_in.help)
+    for kind in _moving_in():
+        assert kind.moves_in is not None
+        for option in kind.moves_in.options:
+            parser.add_argument(option.flag, default=option.default, help=option.help)
+    flags = " or ".join(kind.moves_in.flag for kind in _moving_in() if kind.moves_in is not None)
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="with --openai-sdk or --adk: count what would be imported; write nothing",
+        help=f"with {flags}: count what would be imported; write nothing",
     )
 
 
@@ -103,22 +130,19 @@ def _import_summary(console: Console, report: Any, verb: str = "imported") -> in
     return 0 if report.clean else 1
 
 
-#: What each framework's entries are called.
-_ENTRIES = {"zett": "message", "rein": "", "OpenAI Agents": "item", "ADK": "event"}
-
-
 def _by_framework(report: Any, verb: str) -> list[str]:
-    """One line per framework the input held: its sessions imported (with their
-    entries and tombstones), identical, differing and refused; ADK's state rows."""
+    """One line per kind the input held: its sessions imported (with their entries and
+    tombstones), identical, differing and refused; the state rows they share."""
     lines = []
     for framework, counts in report.frameworks.items():
-        entries = _ENTRIES.get(framework, "")
+        kind = _labelled(framework)
+        entries = kind.entry or "" if kind is not None else ""
         details = [counted(counts.entries, entries)] if entries else []
         if counts.tombstones:
             details.append(f"{counts.tombstones:,} deleted or cleared, as tombstones")
         if counts.states or counts.states_identical:
             details.append(
-                f"{counted(counts.states, 'app:/user: state row')}, {counts.states_identical:,} of them "
+                f"{counted(counts.states, _state_noun(kind))}, {counts.states_identical:,} of them "
                 "already there and identical"
             )
         line = f"  {framework}: {verb} {counted(counts.imported, 'session')}"
@@ -131,66 +155,56 @@ def _by_framework(report: Any, verb: str) -> list[str]:
 
 
 async def _import(args: argparse.Namespace, console: Console) -> int:
-    if [args.file, args.openai_sdk, args.adk].count(None) != 2:
-        raise ValueError("give FILE, --openai-sdk DSN or --adk DSN (one of them)")
-    if args.openai_sdk is not None:
-        return await _import_openai(args, console)
-    if args.adk is not None:
-        return await _import_adk(args, console)
+    sources = [kind for kind in _moving_in() if getattr(args, _dest(kind)) is not None]
+    if (args.file is not None) + len(sources) != 1:
+        choices = ", ".join(f"{kind.moves_in.flag} DSN" for kind in _moving_in() if kind.moves_in is not None)
+        raise ValueError(f"give FILE or {choices} (one of them)")
+    if sources:
+        return await _move_in(sources[0], args, console)
     from ..transfer import import_file
 
     report = await import_file(args.dsn, args.file, console=console, say=lambda line: say(console, line))
     return _import_summary(console, report)
 
 
-async def _import_openai(args: argparse.Namespace, console: Console) -> int:
-    from ..openai_import import import_openai_sdk
+def _dest(kind: SessionKind) -> str:
+    assert kind.moves_in is not None
+    return kind.moves_in.name
 
-    args.dsn = [args.openai_sdk, args.dsn]  # both, for run() to mask their passwords
-    report = await import_openai_sdk(
-        args.openai_sdk,
-        args.dsn[1],
-        sessions_table=args.sessions_table,
-        messages_table=args.messages_table,
-        dry_run=args.dry_run,
-    )
+
+async def _move_in(kind: SessionKind, args: argparse.Namespace, console: Console) -> int:
+    """An import from the framework's own tables (``--openai-sdk``, ``--adk``)."""
+    from ..moving_in import move_in
+
+    moves_in = kind.moves_in
+    assert moves_in is not None
+    source = getattr(args, moves_in.name)
+    args.dsn = [source, args.dsn]  # both, for run() to mask their passwords
+    options = {option.name: getattr(args, option.name) for option in moves_in.options}
+    report = await move_in(kind.name, source, args.dsn[1], dry_run=args.dry_run, **options)
     if report.report is not None:
         for line in report.report.problems:
             say(console, line)
     verb = "would import" if report.dry_run else "imported"
-    there = "already there, compared on import" if report.dry_run else "already there and identical, skipped"
-    say(
-        console,
-        f"{verb} {counted(report.imported, 'OpenAI Agents session')} ({counted(report.items, 'item')}); "
-        f"{report.identical:,} {there}; {report.differing:,} differing, left alone; "
-        f"{report.failed:,} refused; {counted(report.corrupt, 'source row')} not JSON (or not an item), "
-        "skipped",
-    )
-    return 0 if report.clean else 1
-
-
-async def _import_adk(args: argparse.Namespace, console: Console) -> int:
-    from ..adk_import import import_adk
-
-    args.dsn = [args.adk, args.dsn]  # both, for run() to mask their passwords
-    report = await import_adk(args.adk, args.dsn[1], dry_run=args.dry_run)
-    if report.report is not None:
-        for line in report.report.problems:
-            say(console, line)
-    verb = "would import" if report.dry_run else "imported"
+    details = [counted(report.entries, kind.entry or "entry")]
+    states = bool(_state_rows(kind))
+    if states:
+        details.append(counted(report.states, _state_noun(kind)))
     if report.dry_run:
-        there = f"{counted(report.identical, 'session')} already there, compared on import"
-    else:
+        there = f"{report.identical:,} already there, compared on import"
+    elif states:
         there = (
             f"{counted(report.identical, 'session')} and {counted(report.states_identical, 'state row')} "
             "already there and identical, skipped"
         )
+    else:
+        there = f"{report.identical:,} already there and identical, skipped"
+    noun, after = moves_in.skipped
     say(
         console,
-        f"{verb} {counted(report.sessions, 'ADK session')} ({counted(report.events, 'event')}, "
-        f"{counted(report.states, 'app:/user: state row')}); {there}; "
-        f"{report.differing:,} differing (sessions or state rows), left alone; {report.failed:,} refused; "
-        f"{counted(report.skipped, 'partial event')} skipped",
+        f"{verb} {counted(report.sessions, f'{kind.label} session')} ({', '.join(details)}); {there}; "
+        f"{report.differing:,} differing, left alone; {report.failed:,} refused; "
+        f"{counted(report.skipped, noun)} {after}",
     )
     return 0 if report.clean else 1
 

@@ -1,0 +1,325 @@
+"""chatledger's kinds of session, one per framework, and their registry.
+
+Each framework's sessions are one :class:`SessionKind` (data: names, tables,
+tombstones, export records, stats figures) registered below, and one module of its
+adapter, ``<package>.kind``, implementing :class:`Operations` (imported only when a
+tool needs it: :func:`operations`). Stats, retention, the ``sessions`` commands,
+export, import and copy, and the tombstone purge go over :func:`registered`;
+nothing outside the adapters and this package compares a kind's name.
+
+- :mod:`.base`: :class:`SessionKind`, the registry, :class:`Operations`;
+- :mod:`.records`: the shapes a kind's rows take in an export;
+- :mod:`.showing`: the text helpers the kinds' ``show`` shares.
+
+Adding a framework: its adapter package with its ``kind`` module, one
+``register(SessionKind(...))`` below, its tables in a new revision (and their golden
+DDL), its contract in ``chatledger.testing`` and its docs page;
+``tests/unit/test_kind_registry.py`` then lists what it still lacks
+(docs/architecture.md, "Adding a framework").
+"""
+
+from __future__ import annotations
+
+from .. import marks
+from ..schema import (
+    adk_app_states_table,
+    adk_events_table,
+    adk_sessions_table,
+    adk_user_states_table,
+    openai_items_table,
+    openai_sessions_table,
+    raw_messages_table,
+    rein_sessions_table,
+    rein_writes_table,
+    sessions_table,
+    snapshots_table,
+)
+from ..tombstones import Tombstones
+from .base import (
+    ALL,
+    OPERATIONS,
+    Counter,
+    Field,
+    Found,
+    Listing,
+    MoveIn,
+    MovingIn,
+    Operations,
+    Ranking,
+    Scope,
+    SessionKind,
+    Source,
+    SourceOption,
+    chosen,
+    installed,
+    lookup,
+    missing_note,
+    missing_operations,
+    names,
+    operations,
+    register,
+    registered,
+)
+from .records import (
+    Checkpointed,
+    Layout,
+    Log,
+    MarkRule,
+    Record,
+    Rows,
+    layout_counts,
+    long_texts,
+    record_tables,
+    session_counts,
+)
+
+#: zett-agent's sessions: a counter row (``agent_sessions``), checkpoints and the raw log.
+ZETT = SessionKind(
+    name="zett",
+    label="zett",
+    distribution="zett-agent",
+    extra="zett",
+    package="chatledger.zett",
+    tables=(sessions_table, raw_messages_table, snapshots_table),
+    # A revive bumps ``fields_version``; every append moves ``last_sequence``.
+    tombstones=Tombstones(
+        sessions_table,
+        marks.ZETT,
+        ("last_sequence", "fields_version"),
+        ("last_sequence", "fields_version"),
+        leftovers=((raw_messages_table, ("session_id",)), (snapshots_table, ("session_id",))),
+    ),
+    records=(
+        Checkpointed(
+            framework="zett",
+            head="session",
+            checkpoint="snapshot",
+            entry="message",
+            end="session_end",
+            sessions=sessions_table,
+            checkpoints=snapshots_table,
+            entries=raw_messages_table,
+            count="sessions",
+            entries_count="messages",
+            checkpoints_count="snapshots",
+            mark=MarkRule(marks.ZETT, "fields_version"),
+        ),
+    ),
+    counters=(
+        # Deleted sessions' raw messages are gone; the live ones' are counted by their rows.
+        Counter("raw_messages", per_session=sessions_table.c.last_sequence - sessions_table.c.base_sequence),
+        Counter("checkpoints", rows=snapshots_table),
+    ),
+    largest=Ranking(sessions_table.c.last_sequence - sessions_table.c.base_sequence, "raw messages"),
+    entry="message",
+    retained_by_default=True,
+    optional_in_export=False,
+)
+
+#: rein-agent's sessions: one row each (its JSON), and the write log of its saves.
+REIN = SessionKind(
+    name="rein",
+    label="rein",
+    distribution="rein-agent",
+    extra="rein",
+    package="chatledger.rein",
+    tables=(rein_sessions_table, rein_writes_table),
+    # The delete set ``updated_at``; every save and delete bumps ``version``.
+    tombstones=Tombstones(
+        rein_sessions_table,
+        marks.REIN,
+        ("version",),
+        (None, "version"),
+        deleted="updated_at",
+        leftovers=((rein_writes_table, ("session_id",)),),
+        marker="session_json",
+        marked_by_null=True,
+    ),
+    records=(
+        Rows(
+            record="rein_session",
+            table=rein_sessions_table,
+            key=("id",),
+            count="rein_sessions",
+            noun="rein session",
+            marker="session_json",
+            marked_by_null=True,
+            mark=MarkRule(marks.REIN, "version", base=None),
+        ),
+    ),
+    counters=(Counter("write_log", rows=rein_writes_table),),
+    retained_by_default=True,
+    optional_in_export=False,
+)
+
+#: The OpenAI Agents SDK's sessions: a counter row and its items.
+OPENAI = SessionKind(
+    name="openai",
+    label="OpenAI Agents",
+    distribution="openai-agents",
+    extra="openai-agents",
+    package="chatledger.openai_agents",
+    tables=(openai_sessions_table, openai_items_table),
+    # A cleared (or deleted) session; every add moves ``last_sequence``, every clear
+    # ``generation``.
+    tombstones=Tombstones(
+        openai_sessions_table,
+        marks.OPENAI,
+        ("last_sequence", "generation"),
+        ("last_sequence", "generation"),
+        leftovers=((openai_items_table, ("session_id",)),),
+    ),
+    records=(
+        Log(
+            framework="OpenAI Agents",
+            head="openai_session",
+            entry="openai_item",
+            end="openai_session_end",
+            entries_name="items",
+            sessions=openai_sessions_table,
+            entries=openai_items_table,
+            key=("id",),
+            entry_key=("session_id",),
+            count="openai_sessions",
+            entries_count="openai_items",
+            mark=MarkRule(marks.OPENAI, "generation"),
+        ),
+    ),
+    counters=(
+        # A cleared session's items are erased: every item row is of a live session.
+        Counter("items", rows=openai_items_table, where=openai_items_table.c.retracted_at.is_(None)),
+        Counter("popped", rows=openai_items_table, where=openai_items_table.c.retracted_at.is_not(None)),
+    ),
+    largest=Ranking(
+        openai_sessions_table.c.last_sequence - openai_sessions_table.c.base_sequence,
+        "items (popped ones included)",
+    ),
+    entry="item",
+    moves_in=MoveIn(
+        flag="--openai-sdk",
+        help="instead of FILE: the database the OpenAI Agents SDK's SQLAlchemySession or SQLiteSession "
+        "wrote (its agent_sessions/agent_messages tables), never chatledger's own",
+        skipped=("source row", "not JSON (or not an item), skipped"),
+        options=(
+            SourceOption("--messages-table", "agent_messages", "with --openai-sdk: its message table"),
+            SourceOption("--sessions-table", "agent_sessions", "with --openai-sdk: its session table"),
+        ),
+    ),
+)
+
+#: Google ADK's sessions: a counter row with the session state, its events, and the
+#: ``app:``/``user:`` state the sessions of an app (and user) share.
+ADK = SessionKind(
+    name="adk",
+    label="ADK",
+    distribution="google-adk",
+    extra="adk",
+    package="chatledger.adk",
+    tables=(adk_sessions_table, adk_events_table, adk_app_states_table, adk_user_states_table),
+    # Every append moves ``last_sequence`` (a delete too), every state change
+    # ``state_version``.
+    tombstones=Tombstones(
+        adk_sessions_table,
+        marks.ADK,
+        ("last_sequence", "state_version"),
+        ("last_sequence", "state_version"),
+        key=("app_name", "user_id", "id"),
+        leftovers=((adk_events_table, ("app_name", "user_id", "session_id")),),
+    ),
+    records=(
+        Log(
+            framework="ADK",
+            head="adk_session",
+            entry="adk_event",
+            end="adk_session_end",
+            entries_name="events",
+            sessions=adk_sessions_table,
+            entries=adk_events_table,
+            key=("app_name", "user_id", "id"),
+            entry_key=("app_name", "user_id", "session_id"),
+            count="adk_sessions",
+            entries_count="adk_events",
+            mark=MarkRule(marks.ADK, "state_version"),
+            key_words=("app", "user"),
+        ),
+        Rows(
+            record="adk_app_state",
+            table=adk_app_states_table,
+            key=("app_name",),
+            count="adk_states",
+            noun="ADK app: state",
+            sessions=False,
+            key_words=("app",),
+            counted_as="app:/user: state row",
+        ),
+        Rows(
+            record="adk_user_state",
+            table=adk_user_states_table,
+            key=("app_name", "user_id"),
+            count="adk_states",
+            noun="ADK user: state",
+            sessions=False,
+            key_words=("app", "user"),
+            counted_as="app:/user: state row",
+        ),
+    ),
+    counters=(
+        Counter(
+            "events", per_session=adk_sessions_table.c.last_sequence - adk_sessions_table.c.base_sequence
+        ),
+        Counter("app_states", rows=adk_app_states_table),
+        Counter("user_states", rows=adk_user_states_table),
+    ),
+    largest=Ranking(adk_sessions_table.c.last_sequence - adk_sessions_table.c.base_sequence, "events"),
+    entry="event",
+    scopes=("app_name", "user_id"),
+    moves_in=MoveIn(
+        flag="--adk",
+        help="instead of FILE: the database Google ADK's DatabaseSessionService wrote (its sessions, "
+        "events, app_states and user_states tables)",
+        skipped=("partial event", "skipped"),
+    ),
+)
+
+# The registry, in the order the tools handle and report the kinds.
+register(ZETT, REIN, OPENAI, ADK)
+
+__all__ = [
+    "ADK",
+    "ALL",
+    "OPENAI",
+    "OPERATIONS",
+    "REIN",
+    "ZETT",
+    "Checkpointed",
+    "Counter",
+    "Field",
+    "Found",
+    "Layout",
+    "Listing",
+    "Log",
+    "MarkRule",
+    "MoveIn",
+    "MovingIn",
+    "Operations",
+    "Ranking",
+    "Record",
+    "Rows",
+    "Scope",
+    "SessionKind",
+    "Source",
+    "SourceOption",
+    "chosen",
+    "installed",
+    "layout_counts",
+    "long_texts",
+    "lookup",
+    "missing_note",
+    "missing_operations",
+    "names",
+    "operations",
+    "record_tables",
+    "register",
+    "registered",
+    "session_counts",
+]
