@@ -3,7 +3,7 @@
 This revision adds the tables of ``chatledger.langgraph.LedgerSaver``, LangGraph's
 checkpointer on the ledger:
 
-* ``langgraph_threads`` -- one row per thread id, the row every write of the thread
+* ``langgraph_threads`` -- one row per thread (``id``, LangGraph's ``thread_id``), the row every write of the thread
   locks first: its ``generation`` (+1 per delete), ``version`` (+1 per write of any
   kind), the tombstone a delete leaves (``deleted_at``) and ``deleted_through``, the
   highest checkpoint id its deleted generations held (a stale write of a checkpoint at
@@ -70,20 +70,20 @@ MYSQL_TABLE_ARGS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin", 
 def upgrade() -> None:
     op.create_table(
         "langgraph_threads",
-        sa.Column("thread_id", ID, nullable=False),
+        sa.Column("id", ID, nullable=False),
         sa.Column("generation", sa.BigInteger(), server_default="1", nullable=False),
         sa.Column("version", sa.BigInteger(), server_default="1", nullable=False),
         sa.Column("deleted_through", KEY, nullable=True),
         sa.Column("created_at", UTC_DATETIME, nullable=False),
         sa.Column("updated_at", UTC_DATETIME, nullable=False),
         sa.Column("deleted_at", UTC_DATETIME, nullable=True),
-        sa.PrimaryKeyConstraint("thread_id", name=op.f("pk_langgraph_threads")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_langgraph_threads")),
         **MYSQL_TABLE_ARGS,
     )
     op.create_index(
         "ix_langgraph_threads_activity",
         "langgraph_threads",
-        ["deleted_at", "updated_at", "thread_id"],
+        ["deleted_at", "updated_at", "id"],
         unique=False,
     )
     op.create_table(

@@ -347,7 +347,8 @@ _LG_KEY = MAX_LANGGRAPH_KEY_LENGTH
 langgraph_threads_table = Table(
     "langgraph_threads",
     metadata,
-    Column("thread_id", Id(), primary_key=True),
+    # The thread id (LangGraph's ``thread_id``).
+    Column("id", Id(), primary_key=True),
     # 1 for the first generation, +1 per delete.
     Column("generation", BigInt, nullable=False, server_default="1"),
     # +1 per write of any kind (put, put_writes, delete, prune, copy into it): what a
@@ -359,7 +360,7 @@ langgraph_threads_table = Table(
     # Set by a delete; NULL again once a put starts the next generation.
     Column("deleted_at", UTCDateTime, nullable=True),
     # Listing and purging by age: live threads (deleted_at IS NULL) by activity.
-    Index("ix_langgraph_threads_activity", "deleted_at", "updated_at", "thread_id"),
+    Index("ix_langgraph_threads_activity", "deleted_at", "updated_at", "id"),
     **MYSQL_TABLE_ARGS,
 )
 

@@ -1,15 +1,15 @@
 CREATE TABLE langgraph_threads (
-	thread_id VARBINARY(1020) NOT NULL, 
+	id VARBINARY(1020) NOT NULL, 
 	generation BIGINT NOT NULL DEFAULT '1', 
 	version BIGINT NOT NULL DEFAULT '1', 
 	deleted_through VARBINARY(256), 
 	created_at DATETIME(6) NOT NULL, 
 	updated_at DATETIME(6) NOT NULL, 
 	deleted_at DATETIME(6), 
-	CONSTRAINT pk_langgraph_threads PRIMARY KEY (thread_id)
+	CONSTRAINT pk_langgraph_threads PRIMARY KEY (id)
 )CHARSET=utf8mb4 ENGINE=InnoDB COLLATE utf8mb4_bin
 ;
-CREATE INDEX ix_langgraph_threads_activity ON langgraph_threads (deleted_at, updated_at, thread_id)
+CREATE INDEX ix_langgraph_threads_activity ON langgraph_threads (deleted_at, updated_at, id)
 ;
 CREATE TABLE langgraph_checkpoints (
 	thread_id VARBINARY(1020) NOT NULL, 

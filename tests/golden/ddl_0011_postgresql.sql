@@ -1,15 +1,15 @@
 CREATE TABLE langgraph_threads (
-	thread_id VARCHAR(255) NOT NULL, 
+	id VARCHAR(255) NOT NULL, 
 	generation BIGINT DEFAULT '1' NOT NULL, 
 	version BIGINT DEFAULT '1' NOT NULL, 
 	deleted_through VARCHAR(64), 
 	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	updated_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	deleted_at TIMESTAMP WITH TIME ZONE, 
-	CONSTRAINT pk_langgraph_threads PRIMARY KEY (thread_id)
+	CONSTRAINT pk_langgraph_threads PRIMARY KEY (id)
 )
 ;
-CREATE INDEX ix_langgraph_threads_activity ON langgraph_threads (deleted_at, updated_at, thread_id)
+CREATE INDEX ix_langgraph_threads_activity ON langgraph_threads (deleted_at, updated_at, id)
 ;
 CREATE TABLE langgraph_checkpoints (
 	thread_id VARCHAR(255) NOT NULL, 
