@@ -3,9 +3,9 @@
 This revision adds the tables of ``chatledger.langgraph.LedgerSaver``, LangGraph's
 checkpointer on the ledger:
 
-* ``langgraph_threads`` -- one row per thread (``id``, LangGraph's ``thread_id``), the row every write of the thread
-  locks first: its ``generation`` (+1 per delete), ``version`` (+1 per write of any
-  kind), the tombstone a delete leaves (``deleted_at``) and ``deleted_through``, the
+* ``langgraph_threads`` -- one row per thread (``id``, LangGraph's ``thread_id``), the
+  row every write of the thread locks first: its ``generation`` (+1 per delete),
+  ``version`` (+1 per write of any kind), the tombstone a delete leaves (``deleted_at``) and ``deleted_through``, the
   highest checkpoint id its deleted generations held (a stale write of a checkpoint at
   or below it is refused); indexed by activity.
 * ``langgraph_checkpoints`` -- one checkpoint per row, keyed by (``thread_id``,
