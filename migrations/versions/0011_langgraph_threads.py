@@ -5,9 +5,10 @@ checkpointer on the ledger:
 
 * ``langgraph_threads`` -- one row per thread (``id``, LangGraph's ``thread_id``), the
   row every write of the thread locks first: its ``generation`` (+1 per delete),
-  ``version`` (+1 per write of any kind), the tombstone a delete leaves (``deleted_at``) and ``deleted_through``, the
-  highest checkpoint id its deleted generations held (a stale write of a checkpoint at
-  or below it is refused); indexed by activity.
+  ``version`` (+1 per write of any kind), the tombstone a delete leaves
+  (``deleted_at``) and ``deleted_through``, the highest checkpoint id its deleted
+  generations held (a stale write of a checkpoint at or below it is refused); indexed
+  by activity.
 * ``langgraph_checkpoints`` -- one checkpoint per row, keyed by (``thread_id``,
   ``checkpoint_ns``, ``checkpoint_id``), which also serves the latest checkpoint of a
   namespace: the checkpoint as its saver's serializer wrote it (type and bytes), its
