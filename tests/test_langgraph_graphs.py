@@ -6,6 +6,7 @@ processes running graphs on different threads of one database."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -111,7 +112,7 @@ async def test_time_travel_forks_from_an_old_checkpoint(saver: LedgerSaver) -> N
     history = [state async for state in graph.aget_state_history(config(thread_id))]
     ids = [state.config["configurable"]["checkpoint_id"] for state in history]
     assert ids == sorted(ids, reverse=True)  # newest first
-    for newer, older in zip(history, history[1:], strict=False):
+    for newer, older in itertools.pairwise(history):
         assert newer.parent_config is not None
         assert (
             newer.parent_config["configurable"]["checkpoint_id"]
