@@ -299,6 +299,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         """Run an async method: on the private loop once there is one, else here."""
         portal = self._portal
         if portal is not None:
+            if threading.current_thread() is portal.thread:  # a call of ours, on it already
+                return await make()
             return await portal.acall(make)
         self.loop = asyncio.get_running_loop()
         return await make()
