@@ -135,6 +135,12 @@ def _deleted(thread_id: str) -> SessionDeleted:
     )
 
 
+class _Settled(Exception):
+    """A retry found, under the thread's lock, the write an earlier attempt's COMMIT made
+    after all (the server finished it late): the attempt rolls back (its ``version``
+    bump with it) and the ledger's settle after a failed attempt returns the write."""
+
+
 # -- the thread row ----------------------------------------------------------------------
 
 
@@ -211,9 +217,21 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
         _checkpoints.c.checkpoint_id == row.checkpoint_id,
     )
 
+    attempts = 0
+
+    async def settle(conn: AsyncConnection) -> bool | None:
+        # Committed if the row holds this put, or a later one (write ids are UUIDv7s,
+        # time-ordered): a put that replaced it came after it.
+        found = await conn.scalar(select(_checkpoints.c.write_id).where(this))
+        return True if found is not None and found >= write_id else None
+
     async def work(conn: AsyncConnection) -> bool:
+        nonlocal attempts
+        attempts += 1
         now = clock.utc_now()
         thread = await lock_thread(conn, ledger, row.thread_id, now)
+        if attempts > 1 and await settle(conn):
+            raise _Settled  # a COMMIT the server finished late: rolled back, then settled
         named = row.parent_checkpoint_id if row.parent_checkpoint_id is not None else row.checkpoint_id
         await _refuse_stale(conn, thread, row.thread_id, row.checkpoint_ns, named)
         if thread.deleted_at is not None:  # the next generation starts
@@ -234,12 +252,6 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
         if not await insert_unless_present(conn, fresh):
             await conn.execute(update(_checkpoints).where(this).values(**values))
         return True
-
-    async def settle(conn: AsyncConnection) -> bool | None:
-        # Committed if the row holds this put, or a later one (write ids are UUIDv7s,
-        # time-ordered): a put that replaced it came after it.
-        found = await conn.scalar(select(_checkpoints.c.write_id).where(this))
-        return True if found is not None and found >= write_id else None
 
     await ledger.write(work, settle=settle, write_id=write_id, first_writes=True)
 
@@ -309,9 +321,27 @@ async def put_writes(
         _writes.c.checkpoint_id == checkpoint_id,
     )
 
+    first = writes[0]
+    attempts = 0
+
+    async def settle(conn: AsyncConnection) -> bool | None:
+        # Its writes commit together: the first one says. A row of an earlier call with
+        # the same key (kept, not replaced) is no sign: then the next attempt runs, and
+        # finds every key stored.
+        found = await conn.scalar(
+            select(_writes.c.write_id).where(
+                of_checkpoint, _writes.c.task_id == first.task_id, _writes.c.idx == first.idx
+            )
+        )
+        return True if found is not None and found >= write_id else None
+
     async def work(conn: AsyncConnection) -> bool:
+        nonlocal attempts
+        attempts += 1
         now = clock.utc_now()
         thread = await lock_thread(conn, ledger, thread_id, now)
+        if attempts > 1 and await settle(conn):
+            raise _Settled
         await _refuse_stale(conn, thread, thread_id, checkpoint_ns, checkpoint_id)
         present = {
             (found.task_id, int(found.idx))
@@ -347,19 +377,6 @@ async def put_writes(
                     .values(**values)
                 )
         return True
-
-    first = writes[0]
-
-    async def settle(conn: AsyncConnection) -> bool | None:
-        # Its writes commit together: the first one says. A row of an earlier call with
-        # the same key (kept, not replaced) is no sign: then the next attempt runs, and
-        # finds every key stored.
-        found = await conn.scalar(
-            select(_writes.c.write_id).where(
-                of_checkpoint, _writes.c.task_id == first.task_id, _writes.c.idx == first.idx
-            )
-        )
-        return True if found is not None and found >= write_id else None
 
     await ledger.write(work, settle=settle, write_id=write_id, first_writes=True)
 
