@@ -559,13 +559,15 @@ async def tombstone(
     thread_id: str,
     now: datetime,
     seen: Mapping[str, Any] | None = None,
+    selected: Sequence[ColumnElement[bool]] = (),
 ) -> bool:
     """In the caller's transaction: erase the thread's checkpoints, blobs and writes and
     leave its row a tombstone, its horizon raised; ``seen`` (a purge's): only if the row
-    is still live and at these column values. Returns whether a live thread was deleted
+    is still live, at these column values and in ``selected`` (the purge's conditions),
+    decided by the locking ``UPDATE`` itself. Returns whether a live thread was deleted
     (a tombstone has its leftovers erased, and stays one)."""
     this = _threads.c.id == thread_id
-    conditions = [this, *(_threads.c[name] == value for name, value in (seen or {}).items())]
+    conditions = [this, *selected, *(_threads.c[name] == value for name, value in (seen or {}).items())]
     if seen is not None:
         conditions.append(LIVE)
     moved = await conn.execute(
