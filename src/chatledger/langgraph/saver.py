@@ -27,7 +27,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .. import validate
+from .. import telemetry, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..ids import new_uuid7
@@ -295,15 +295,28 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     # -- where calls run ---------------------------------------------------------------------
 
-    async def _run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run an async method: on the private loop once there is one, else here."""
+    async def _run(
+        self,
+        make: Callable[[], Coroutine[Any, Any, T]],
+        name: str | None = None,
+        thread_id: str | None = None,
+    ) -> T:
+        """Run an async method: on the private loop once there is one, else here; with
+        ``name``, as the span ``chatledger.langgraph.<name>`` (:mod:`chatledger.telemetry`)."""
+
+        async def traced() -> T:
+            if name is None:
+                return await make()
+            with telemetry.operation(self.ledger, "langgraph", name, thread_id):
+                return await make()
+
         portal = self._portal
         if portal is not None:
             if threading.current_thread() is portal.thread:  # a call of ours, on it already
-                return await make()
-            return await portal.acall(make)
+                return await traced()
+            return await portal.acall(traced)
         self.loop = asyncio.get_running_loop()
-        return await make()
+        return await traced()
 
     def _sync(self, make: Callable[[], Coroutine[Any, Any, T]], name: str) -> T:
         """Run an async method for a sync caller, by ``AsyncPostgresSaver``'s rules."""
@@ -351,7 +364,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         async def call() -> Loaded | None:
             return await rows.get(self.ledger, thread_id, checkpoint_ns, checkpoint_id, self._wanted)
 
-        loaded = await self._run(call)
+        loaded = await self._run(call, "get_tuple", thread_id)
         return None if loaded is None else self._tuple(loaded)
 
     async def alist(
@@ -400,7 +413,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                     run_id=run_id,
                 )
 
-            found = await self._run(call)
+            found = await self._run(call, "list", thread_id)
             for loaded in found:
                 metadata = json.loads(loaded.row.metadata_json)
                 if all(metadata.get(name) == value for name, value in wanted.items()):
@@ -478,7 +491,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             # Fixed before the first attempt: a retry after a lost COMMIT settles by it.
             await rows.put(self.ledger, row, blobs, new_uuid7())
 
-        await self._run(call)
+        await self._run(call, "put", thread_id)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -538,14 +551,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                 write_id=new_uuid7(),
             )
 
-        await self._run(call)
+        await self._run(call, "put_writes", thread_id)
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints and writes in every namespace; its id keeps a
         tombstone, so a run from before the delete cannot bring them back. A missing
         thread is no error; a put of a new run starts the thread again."""
         thread = validate.identifier(thread_id, "thread_id")
-        await self._run(lambda: rows.delete_thread(self.ledger, thread))
+        await self._run(lambda: rows.delete_thread(self.ledger, thread), "delete_thread", thread)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints of these runs (their ``metadata["run_id"]``) and their
@@ -558,7 +571,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             for thread_id in await rows.runs_threads(self.ledger, runs):
                 await rows.delete_runs(self.ledger, thread_id, runs)
 
-        await self._run(call)
+        await self._run(call, "delete_for_runs")
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of one thread to another, in one transaction
@@ -567,7 +580,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         target = validate.identifier(target_thread_id, "target_thread_id")
         if source == target:
             raise ValueError("source_thread_id and target_thread_id are the same thread")
-        await self._run(lambda: rows.copy_thread(self.ledger, source, target))
+        await self._run(lambda: rows.copy_thread(self.ledger, source, target), "copy_thread", target)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune the threads, each in one transaction: ``"keep_latest"`` keeps the latest
@@ -590,7 +603,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
                 else:
                     await rows.keep_latest(self.ledger, thread_id, self._wanted)
 
-        await self._run(call)
+        await self._run(call, "prune")
 
     # -- the sync methods (AsyncPostgresSaver's rules) ----------------------------------------
 
