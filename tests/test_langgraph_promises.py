@@ -18,9 +18,9 @@ import pytest
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
-from chatledger import SessionDeleted
+from chatledger import SessionDeleted, clock, marks
 from chatledger.langgraph import LedgerSaver
 from chatledger.schema import (
     langgraph_blobs_table,
@@ -173,6 +173,47 @@ async def test_a_deleted_thread_never_comes_back_and_a_stale_write_is_refused(sa
     await saver.adelete_thread(thread_id)
     with pytest.raises(SessionDeleted):
         await put(saver, thread_id, fresh)
+
+
+async def test_a_purged_tombstones_mark_refuses_stale_writes_as_the_tombstone_did(saver: LedgerSaver) -> None:
+    """The tombstone replaced by its mark (as a tombstone purge does it, in one
+    transaction): the run from before the delete is still refused, and the thread's
+    next generation numbers on from the mark's."""
+    thread_id = thread()
+    first = await put(saver, thread_id, payload={"n": 1})
+    await saver.adelete_thread(thread_id)
+    threads = langgraph_threads_table
+
+    async def purge_tombstone(conn: Any) -> int:
+        row = (
+            await conn.execute(
+                select(threads.c.generation, threads.c.deleted_through).where(threads.c.id == thread_id)
+            )
+        ).one()
+        await conn.execute(delete(threads).where(threads.c.id == thread_id))
+        await marks.raise_to(
+            conn, marks.LANGGRAPH, thread_id, row.deleted_through, row.generation, clock.utc_now()
+        )
+        return int(row.generation)
+
+    generation = await saver.ledger.write(purge_tombstone)
+    assert generation == 2
+    with pytest.raises(SessionDeleted):
+        await put(saver, thread_id, first, payload={"n": 2})
+    with pytest.raises(SessionDeleted):
+        await saver.aput_writes(on(thread_id, first), [("ch", "late")], "task")
+    fresh = await put(saver, thread_id, payload={"n": 3})
+    assert [item.checkpoint["id"] for item in await listed(saver, thread_id)] == [fresh]
+
+    async def state(conn: Any) -> Any:
+        return (
+            await conn.execute(
+                select(threads.c.generation, threads.c.deleted_at).where(threads.c.id == thread_id)
+            )
+        ).one()
+
+    now = await saver.ledger.read(state)
+    assert now.generation == 2 and now.deleted_at is None
 
 
 async def test_a_graph_runs_again_on_a_deleted_thread(saver: LedgerSaver) -> None:

@@ -6,9 +6,9 @@ checkpointer on the ledger:
 * ``langgraph_threads`` -- one row per thread (``id``, LangGraph's ``thread_id``), the
   row every write of the thread locks first: its ``generation`` (+1 per delete),
   ``version`` (+1 per write of any kind), the tombstone a delete leaves
-  (``deleted_at``) and ``deleted_through``, the highest checkpoint id its deleted
-  generations held (a stale write of a checkpoint at or below it is refused); indexed
-  by activity.
+  (``deleted_at``) and ``deleted_through``, the instant (UUID timestamp) of the latest
+  checkpoint its deleted generations held (a stale write of a checkpoint of that
+  instant or before is refused); indexed by activity.
 * ``langgraph_checkpoints`` -- one checkpoint per row, keyed by (``thread_id``,
   ``checkpoint_ns``, ``checkpoint_id``), which also serves the latest checkpoint of a
   namespace: the checkpoint as its saver's serializer wrote it (type and bytes), its
@@ -74,7 +74,7 @@ def upgrade() -> None:
         sa.Column("id", ID, nullable=False),
         sa.Column("generation", sa.BigInteger(), server_default="1", nullable=False),
         sa.Column("version", sa.BigInteger(), server_default="1", nullable=False),
-        sa.Column("deleted_through", KEY, nullable=True),
+        sa.Column("deleted_through", sa.BigInteger(), nullable=True),
         sa.Column("created_at", UTC_DATETIME, nullable=False),
         sa.Column("updated_at", UTC_DATETIME, nullable=False),
         sa.Column("deleted_at", UTC_DATETIME, nullable=True),

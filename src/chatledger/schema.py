@@ -206,7 +206,8 @@ high_water_marks_table = Table(
     "high_water_marks",
     metadata,
     # Which store's id: 0 a zett session (agent_sessions), 1 a rein session, 2 an OpenAI
-    # Agents session (openai_sessions), 3 an ADK session (adk_sessions).
+    # Agents session (openai_sessions), 3 an ADK session (adk_sessions), 4 a LangGraph
+    # thread (langgraph_threads).
     Column("store", Integer, primary_key=True),
     # SHA-256 of the id's UTF-8 bytes, in hex: the id itself is not kept.
     Column("id_digest", Id(64), primary_key=True),
@@ -341,9 +342,11 @@ _LG_KEY = MAX_LANGGRAPH_KEY_LENGTH
 
 #: One LangGraph thread: the row every write of the thread locks first, its generation
 #: and tombstone. A deleted thread keeps this row (``deleted_at`` set, its checkpoints,
-#: blobs and writes erased) with ``deleted_through``, the highest checkpoint id its
-#: deleted generations held: a write of a checkpoint at or below it that the live
-#: generation does not hold is a stale write of a run from before the delete, refused.
+#: blobs and writes erased) with ``deleted_through``, the instant of the latest
+#: checkpoint its deleted generations held (the timestamp of its time-ordered UUID, in
+#: 100 ns since 1582-10-15): a write of a checkpoint of that instant or before that the
+#: live generation does not hold is a stale write of a run from before the delete,
+#: refused. A purged tombstone's mark keeps it (:mod:`chatledger.marks`).
 langgraph_threads_table = Table(
     "langgraph_threads",
     metadata,
@@ -354,7 +357,7 @@ langgraph_threads_table = Table(
     # +1 per write of any kind (put, put_writes, delete, prune, copy into it): what a
     # purge checks again before it deletes.
     Column("version", BigInt, nullable=False, server_default="1"),
-    Column("deleted_through", Id(_LG_KEY), nullable=True),
+    Column("deleted_through", BigInt, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     # Set by a delete; NULL again once a put starts the next generation.

@@ -2,7 +2,7 @@ CREATE TABLE langgraph_threads (
 	id VARBINARY(1020) NOT NULL, 
 	generation BIGINT NOT NULL DEFAULT '1', 
 	version BIGINT NOT NULL DEFAULT '1', 
-	deleted_through VARBINARY(256), 
+	deleted_through BIGINT, 
 	created_at DATETIME(6) NOT NULL, 
 	updated_at DATETIME(6) NOT NULL, 
 	deleted_at DATETIME(6), 

@@ -2,7 +2,7 @@ CREATE TABLE langgraph_threads (
 	id VARCHAR(255) NOT NULL, 
 	generation BIGINT DEFAULT '1' NOT NULL, 
 	version BIGINT DEFAULT '1' NOT NULL, 
-	deleted_through VARCHAR(64), 
+	deleted_through BIGINT, 
 	created_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	updated_at TIMESTAMP WITH TIME ZONE NOT NULL, 
 	deleted_at TIMESTAMP WITH TIME ZONE, 

@@ -2,7 +2,7 @@ CREATE TABLE langgraph_threads (
 	id VARCHAR(255) NOT NULL, 
 	generation BIGINT DEFAULT '1' NOT NULL, 
 	version BIGINT DEFAULT '1' NOT NULL, 
-	deleted_through VARCHAR(64), 
+	deleted_through BIGINT, 
 	created_at DATETIME NOT NULL, 
 	updated_at DATETIME NOT NULL, 
 	deleted_at DATETIME, 

@@ -9,17 +9,23 @@ versions and writes are stored already, whether the thread is a tombstone, and i
 ``deleted_through`` horizon.
 
 **Stale writes.** A delete erases a thread's checkpoints, blobs and writes and keeps
-its row as a tombstone, raising ``deleted_through`` to the highest checkpoint id the
-thread held. A put of a checkpoint, or of writes to a checkpoint, whose id (a put's:
-its parent's, when it has one) is at or below that horizon and that the live
-generation does not hold is a write of a run from before the delete: refused with
-:class:`chatledger.SessionDeleted`, nothing written. LangGraph's checkpoint ids are
-time-ordered (UUIDv6), so a run started after the delete writes above it, and its
-first put starts the thread's next generation.
+its row as a tombstone, raising ``deleted_through`` to the instant of the latest
+checkpoint the thread held (:func:`instant`: LangGraph's checkpoint ids are
+time-ordered UUIDs, version 6). A put of a checkpoint, or of writes to a checkpoint,
+whose id (a put's: its parent's, when it has one) is of that instant or before and
+that the live generation does not hold is a write of a run from before the delete:
+refused with :class:`chatledger.SessionDeleted`, nothing written. A run started after
+the delete writes later ids, and its first put starts the thread's next generation.
+An id that is no time-ordered UUID has no instant, and only its absence judges it.
+
+A purged tombstone leaves a mark (:mod:`chatledger.marks`, :data:`chatledger.marks.LANGGRAPH`)
+holding ``deleted_through`` and the generation: the write that creates the thread's
+row again takes it, and the row goes on as the tombstone would have.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,7 +34,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .. import clock
+from .. import clock, marks
 from ..engine import Ledger
 from ..errors import SessionDeleted
 from ..savepoints import insert_unless_present
@@ -150,7 +156,7 @@ class Thread:
 
     generation: int
     deleted_at: datetime | None
-    deleted_through: str | None
+    deleted_through: int | None
 
 
 async def lock_thread(conn: AsyncConnection, ledger: Ledger, thread_id: str, now: datetime) -> Thread:
@@ -163,7 +169,14 @@ async def lock_thread(conn: AsyncConnection, ledger: Ledger, thread_id: str, now
         .values(version=_threads.c.version + 1, updated_at=ledger.backend.latest(_threads.c.updated_at, now))
     )
     if (await conn.execute(bump)).rowcount != 1:
-        new = insert(_threads).values(id=thread_id, created_at=now, updated_at=now)
+        # A new row: a purged tombstone's mark, if any, makes it that tombstone again.
+        mark = await marks.take(conn, marks.LANGGRAPH, thread_id)
+        carried: dict[str, Any] = {}
+        if mark is not None:
+            carried = {"generation": int(mark.version), "deleted_at": now}
+            if int(mark.last_sequence):
+                carried["deleted_through"] = int(mark.last_sequence)
+        new = insert(_threads).values(id=thread_id, created_at=now, updated_at=now, **carried)
         if not await insert_unless_present(conn, new):
             await conn.execute(bump)
     row = (
@@ -188,10 +201,10 @@ async def _holds(conn: AsyncConnection, thread_id: str, checkpoint_ns: str, chec
 async def _refuse_stale(
     conn: AsyncConnection, thread: Thread, thread_id: str, checkpoint_ns: str, checkpoint_id: str
 ) -> None:
-    """Refuse a write that names ``checkpoint_id`` when a delete erased it: at or below
-    the thread's horizon and not held by its live generation."""
-    horizon = thread.deleted_through
-    stale = horizon is not None and checkpoint_id <= horizon
+    """Refuse a write that names ``checkpoint_id`` when a delete erased it: of the
+    thread's horizon's instant or before, and not held by its live generation."""
+    horizon, at = thread.deleted_through, instant(checkpoint_id)
+    stale = horizon is not None and at is not None and at <= horizon
     if stale and not await _holds(conn, thread_id, checkpoint_ns, checkpoint_id):
         raise _deleted(thread_id)
 
@@ -538,14 +551,39 @@ def position(loaded: Loaded, thread_id: str | None, checkpoint_ns: str | None) -
 # -- delete ----------------------------------------------------------------------------------
 
 
-async def _horizon(conn: AsyncConnection, thread_id: str, known: str | None) -> str | None:
-    """The highest checkpoint id the thread holds or its writes name, or ``known``."""
-    highest = [known] if known is not None else []
+#: UUID time (100 ns since 1582-10-15) of the Unix epoch: a UUIDv7's milliseconds start there.
+_UNIX_EPOCH = 0x01B21DD213814000
+
+
+def instant(checkpoint_id: str) -> int | None:
+    """The time a checkpoint id was made, in 100 ns since 1582-10-15 (the UUID time), for
+    a time-ordered UUID (version 6, as LangGraph makes them; 1 and 7 too); ``None`` for
+    any other id."""
+    try:
+        made = uuid.UUID(checkpoint_id)
+    except ValueError:
+        return None
+    if made.version == 6:
+        bits = made.int >> 64
+        return ((bits >> 32) << 28) | (((bits >> 16) & 0xFFFF) << 12) | (bits & 0x0FFF)
+    if made.version == 1:
+        return made.time
+    if made.version == 7:
+        return (made.int >> 80) * 10_000 + _UNIX_EPOCH
+    return None
+
+
+async def _horizon(conn: AsyncConnection, thread_id: str, known: int | None) -> int | None:
+    """The latest instant of the checkpoints the thread holds or its writes name, or ``known``."""
+    instants = [known] if known is not None else []
     for column, table in ((_checkpoints.c.checkpoint_id, _checkpoints), (_writes.c.checkpoint_id, _writes)):
-        found = await conn.scalar(select(func.max(column)).where(table.c.thread_id == thread_id))
-        if found is not None:
-            highest.append(found)
-    return max(highest) if highest else None
+        for checkpoint_id in await conn.scalars(
+            select(column).where(table.c.thread_id == thread_id).distinct()
+        ):
+            at = instant(checkpoint_id)
+            if at is not None:
+                instants.append(at)
+    return max(instants) if instants else None
 
 
 async def _erase(conn: AsyncConnection, thread_id: str) -> None:

@@ -336,8 +336,9 @@ async def import_thread(ledger: Ledger, exported: ThreadRows) -> bool:
     whether it wrote the thread.
 
     Raises:
-        SessionDeleted: a checkpoint of the export is at or below the horizon of a
-            tombstone the target holds: a deleted thread's checkpoints never come back.
+        SessionDeleted: a checkpoint of the export is of the instant of the horizon
+            of a tombstone the target holds (or of its mark) or before: a deleted
+            thread's checkpoints never come back.
     """
     thread = exported.thread
     thread_id = str(thread["id"])
@@ -350,7 +351,8 @@ async def import_thread(ledger: Ledger, exported: ThreadRows) -> bool:
         ):
             return False
         horizon = held.deleted_through
-        if horizon is not None and any(row["checkpoint_id"] <= horizon for row in exported.checkpoints):
+        instants = [rows.instant(str(row["checkpoint_id"])) for row in exported.checkpoints]
+        if horizon is not None and any(at is not None and at <= horizon for at in instants):
             raise SessionDeleted(
                 f"thread {thread_id!r} was deleted here; its deleted checkpoints are not imported"
             )
