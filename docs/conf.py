@@ -16,10 +16,11 @@ from sphinx.ext.napoleon import Config, GoogleDocstring
 
 import chatledger
 
-# Imported before the build starts: the OpenAI Agents SDK's pydantic models, first
-# imported inside autodoc (Sphinx 9), fail to build their schemas
-# (PydanticSchemaGenerationError on ``__pydantic_extra__``); imported here they load as
-# in any program.
+# Imported before the build starts: the OpenAI Agents SDK's and LangChain's (under
+# LangGraph's saver) pydantic models, first imported inside autodoc (Sphinx 9), fail to
+# build their schemas (PydanticSchemaGenerationError on ``__pydantic_extra__``);
+# imported here they load as in any program.
+import chatledger.langgraph.saver
 import chatledger.openai_agents
 
 project = "chatledger"

@@ -28,7 +28,7 @@ from chatledger import validate
 from chatledger.migrate import upgrade_database
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import metadata, raw_messages_table
-from chatledger.types import Id, UTCDateTime
+from chatledger.types import Id, LongBlob, UTCDateTime
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
@@ -175,6 +175,8 @@ def filler(table: Table, column: Column[Any], value: str, n: int) -> dict[str, A
             row[each.name] = n + 0.5
         elif isinstance(each.type, String):  # LongText among them
             row[each.name] = "{}"
+        elif isinstance(each.type, LongBlob):  # LangGraph's serialized values
+            row[each.name] = b"{}"
         else:  # pragma: no cover - a new column type: say how to fill it
             raise AssertionError(f"no filler for {table.name}.{each.name} ({each.type!r})")
     return row

@@ -162,6 +162,8 @@ async def test_upgrade_keeps_every_row_byte_exact(database: Database, fresh_url:
             ("rein_sessions", "write_id", 144),
             ("rein_writes", "write_id", 144),  # revision 0004's, created so
             ("openai_items", "item_id", 144),  # revision 0006's, created so
+            ("langgraph_checkpoints", "write_id", 144),  # revision 0011's, created so
+            ("langgraph_writes", "write_id", 144),
         }
 
     async with LedgerSessionStorage(fresh_url) as storage:

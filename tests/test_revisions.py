@@ -233,3 +233,13 @@ async def test_revision_0010_ddl_is_as_recorded(database: Database, tmp_path: Pa
     """The append that commits itself, its row first: ``CREATE PROCEDURE`` under a
     strict ``sql_mode`` on MySQL, nothing elsewhere."""
     assert await _upgrade_ddl(database, tmp_path, "0010") == _golden(database, "0010")
+
+
+def test_revision_0011_is_expand_only() -> None:
+    """LangGraph's tables only add tables: earlier code keeps running on them."""
+    assert _keeps_compatible_from("0011")
+
+
+async def test_revision_0011_ddl_is_as_recorded(database: Database, tmp_path: Path) -> None:
+    """LangGraph's tables: four ``CREATE TABLE`` and two indexes, on every backend."""
+    assert await _upgrade_ddl(database, tmp_path, "0011") == _golden(database, "0011")

@@ -4,7 +4,7 @@ A deleted session keeps a tombstone (its counter row) so that no sequence or ver
 of its id is ever valid again (docs/zett.md, "Deleting and starting again"). Purging the
 tombstone (:mod:`chatledger.tombstones`) replaces it, in the deleting transaction, by
 a row of ``high_water_marks``: the store (:data:`ZETT`, :data:`REIN`, :data:`OPENAI`,
-:data:`ADK`), the SHA-256 of the id's UTF-8 bytes (:func:`digest`; an ADK session's
+:data:`ADK`, :data:`LANGGRAPH`), the SHA-256 of the id's UTF-8 bytes (:func:`digest`; an ADK session's
 id is its whole key, :func:`adk_id`), the last sequence and the version the id
 reached, and when it was purged. No title, parent, timestamp of the session or id is
 kept; an id one already knows can still be checked against its digest.
@@ -47,6 +47,10 @@ OPENAI = 2
 #: The store of an ADK session (``adk_sessions``), keyed by :func:`adk_id`: the mark keeps
 #: its last sequence and its ``state_version``.
 ADK = 3
+#: The store of a LangGraph thread (``langgraph_threads``): the mark keeps, as its last
+#: sequence, the thread's ``deleted_through`` (the instant of its latest deleted
+#: checkpoint, 0 for none), and its ``generation`` as its version.
+LANGGRAPH = 4
 
 _marks = high_water_marks_table
 

@@ -1,6 +1,6 @@
 """The one schema: sessions (the sequence counter rows), raw messages, snapshots, rein sessions,
 the rein write log, the high-water marks of purged tombstones, and the OpenAI Agents SDK's and
-Google ADK's sessions in tables of their own.
+Google ADK's sessions and LangGraph's threads in tables of their own.
 
 Table and column names follow zett-agent's own SQL store (``agent_sessions``,
 ``raw_messages``, ``session_snapshots``) wherever the meaning is the same, so SQL
@@ -27,7 +27,8 @@ generation columns that make the store safe to share:
 ``high_water_marks`` keeps, for an id whose tombstone was purged, the last sequence
 and version it reached, keyed by a digest of the id (:mod:`chatledger.marks`).
 
-The OpenAI Agents SDK (``openai_*``) and Google ADK (``adk_*``) keep their own tables,
+The OpenAI Agents SDK (``openai_*``), Google ADK (``adk_*``) and LangGraph
+(``langgraph_*``) keep their own tables,
 so the same id in two frameworks never collides and zett's and rein's rows are never
 touched by them. Each has the same counter row rule: ``last_sequence`` is allocated in
 the transaction that inserts the items, never decreases and is never reused.
@@ -57,7 +58,17 @@ from sqlalchemy import (
     Table,
 )
 
-from .types import MAX_ADK_SCOPE_LENGTH, MAX_ROW_ID_LENGTH, BigInt, Id, LongText, UTCDateTime
+from .types import (
+    MAX_ADK_SCOPE_LENGTH,
+    MAX_LANGGRAPH_KEY_LENGTH,
+    MAX_LANGGRAPH_NAME_LENGTH,
+    MAX_ROW_ID_LENGTH,
+    BigInt,
+    Id,
+    LongBlob,
+    LongText,
+    UTCDateTime,
+)
 
 #: Constraint names are fixed so that migrations and ``alembic check`` agree on every backend.
 NAMING_CONVENTION = {
@@ -195,7 +206,8 @@ high_water_marks_table = Table(
     "high_water_marks",
     metadata,
     # Which store's id: 0 a zett session (agent_sessions), 1 a rein session, 2 an OpenAI
-    # Agents session (openai_sessions), 3 an ADK session (adk_sessions).
+    # Agents session (openai_sessions), 3 an ADK session (adk_sessions), 4 a LangGraph
+    # thread (langgraph_threads).
     Column("store", Integer, primary_key=True),
     # SHA-256 of the id's UTF-8 bytes, in hex: the id itself is not kept.
     Column("id_digest", Id(64), primary_key=True),
@@ -319,5 +331,103 @@ adk_user_states_table = Table(
     Column("version", BigInt, nullable=False, server_default="1"),
     Column("updated_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint("app_name", "user_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+
+#: The names of LangGraph's keys: a namespace or channel (up to 200 characters), a
+#: checkpoint id, task id or channel version (up to 64).
+_LG_NAME = MAX_LANGGRAPH_NAME_LENGTH
+_LG_KEY = MAX_LANGGRAPH_KEY_LENGTH
+
+#: One LangGraph thread: the row every write of the thread locks first, its generation
+#: and tombstone. A deleted thread keeps this row (``deleted_at`` set, its checkpoints,
+#: blobs and writes erased) with ``deleted_through``, the instant of the latest
+#: checkpoint its deleted generations held (the timestamp of its time-ordered UUID, in
+#: 100 ns since 1582-10-15): a write of a checkpoint of that instant or before that the
+#: live generation does not hold is a stale write of a run from before the delete,
+#: refused. A purged tombstone's mark keeps it (:mod:`chatledger.marks`).
+langgraph_threads_table = Table(
+    "langgraph_threads",
+    metadata,
+    # The thread id (LangGraph's ``thread_id``).
+    Column("id", Id(), primary_key=True),
+    # 1 for the first generation, +1 per delete.
+    Column("generation", BigInt, nullable=False, server_default="1"),
+    # +1 per write of any kind (put, put_writes, delete, prune, copy into it): what a
+    # purge checks again before it deletes.
+    Column("version", BigInt, nullable=False, server_default="1"),
+    Column("deleted_through", BigInt, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # Set by a delete; NULL again once a put starts the next generation.
+    Column("deleted_at", UTCDateTime, nullable=True),
+    # Listing and purging by age: live threads (deleted_at IS NULL) by activity.
+    Index("ix_langgraph_threads_activity", "deleted_at", "updated_at", "id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One LangGraph checkpoint: the checkpoint serialized by the saver's ``serde`` with only
+#: its primitive channel values inline (the others are blobs), and its metadata as JSON.
+langgraph_checkpoints_table = Table(
+    "langgraph_checkpoints",
+    metadata,
+    Column("thread_id", Id(), nullable=False),
+    Column("checkpoint_ns", Id(_LG_NAME), nullable=False),
+    Column("checkpoint_id", Id(_LG_KEY), nullable=False),
+    Column("parent_checkpoint_id", Id(_LG_KEY), nullable=True),
+    # The serde's type tag and bytes of the checkpoint.
+    Column("checkpoint_type", Id(_LG_KEY), nullable=False),
+    Column("checkpoint_blob", LongBlob, nullable=False),
+    Column("metadata_json", LongText, nullable=False),
+    # metadata["run_id"], for delete_for_runs.
+    Column("run_id", Id(), nullable=True),
+    # The put that last wrote the row (a UUIDv7 fixed before its first attempt), by which
+    # a put whose COMMIT was not acknowledged is settled.
+    Column("write_id", Id(MAX_ROW_ID_LENGTH), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # The primary key serves get_tuple's latest (WHERE thread_id = ? AND checkpoint_ns = ?
+    # ORDER BY checkpoint_id DESC LIMIT 1) and list's pages, newest first.
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id"),
+    Index("ix_langgraph_checkpoints_run", "run_id"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One channel value at one version, written once: a checkpoint whose channel did not
+#: change refers to the blob an earlier one wrote.
+langgraph_blobs_table = Table(
+    "langgraph_blobs",
+    metadata,
+    Column("thread_id", Id(), nullable=False),
+    Column("checkpoint_ns", Id(_LG_NAME), nullable=False),
+    Column("channel", Id(_LG_NAME), nullable=False),
+    Column("version", Id(_LG_KEY), nullable=False),
+    Column("value_type", Id(_LG_KEY), nullable=False),
+    # NULL for LangGraph's "empty" channel.
+    Column("value_blob", LongBlob, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "channel", "version"),
+    **MYSQL_TABLE_ARGS,
+)
+
+#: One pending write of a task to a checkpoint, keyed as LangGraph keys it: ``idx`` is
+#: the write's index in its call, or the negative index of a special channel
+#: (``WRITES_IDX_MAP``: an error, an interrupt, a resume), which a later write replaces.
+langgraph_writes_table = Table(
+    "langgraph_writes",
+    metadata,
+    Column("thread_id", Id(), nullable=False),
+    Column("checkpoint_ns", Id(_LG_NAME), nullable=False),
+    Column("checkpoint_id", Id(_LG_KEY), nullable=False),
+    Column("task_id", Id(_LG_KEY), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("task_path", LongText, nullable=False),
+    Column("channel", Id(_LG_NAME), nullable=False),
+    Column("value_type", Id(_LG_KEY), nullable=False),
+    Column("value_blob", LongBlob, nullable=True),
+    # The put_writes call that last wrote the row, for its settle.
+    Column("write_id", Id(MAX_ROW_ID_LENGTH), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
     **MYSQL_TABLE_ARGS,
 )

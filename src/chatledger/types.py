@@ -19,6 +19,9 @@ backend's form of it is, its backend says (:attr:`chatledger.dialects.Backend.id
   PostgreSQL, ``DATETIME(6)`` on MySQL (plain ``DATETIME`` drops the fraction),
   ISO text on SQLite. Values read back are always timezone-aware UTC.
 * :data:`LongText` -- ``LONGTEXT`` on MySQL, where ``TEXT`` stops at 64 KiB.
+* :class:`LongBlob` -- bytes of any length the server's statement limit lets through:
+  ``BYTEA`` on PostgreSQL, ``BLOB`` on SQLite, ``LONGBLOB`` on MySQL, where ``BLOB``
+  stops at 64 KiB (bound there as its backend says: :attr:`chatledger.dialects.Backend.blob_type`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import functools
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, DateTime, Dialect, String, Text
+from sqlalchemy import BigInteger, DateTime, Dialect, LargeBinary, String, Text
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -45,8 +48,17 @@ MAX_ROW_ID_LENGTH = 36
 #: of a key stay within MySQL's 3,072-byte index limit.
 MAX_ADK_SCOPE_LENGTH = 128
 
+#: Longest LangGraph ``checkpoint_ns`` and channel name, in characters: a blob's key
+#: (thread, namespace, channel, version) stays within MySQL's 3,072-byte index limit.
+MAX_LANGGRAPH_NAME_LENGTH = 200
+
+#: Longest LangGraph checkpoint id, task id and channel version, in characters (LangGraph
+#: makes 36-character UUIDs and 49-character versions).
+MAX_LANGGRAPH_KEY_LENGTH = 64
+
 #: Long text that holds a whole message; MySQL ``TEXT`` stops at 64 KiB.
 LongText = Text().with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), "mysql")
+
 
 #: 64-bit integers for sequences, versions, durations and token counts.
 BigInt = BigInteger()
@@ -134,3 +146,18 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class LongBlob(TypeDecorator[bytes]):
+    """Bytes of any length (a serialized value): ``LargeBinary``, or the backend's own
+    form of it (:attr:`chatledger.dialects.Backend.blob_type`)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        backend = _backend(dialect)
+        return dialect.type_descriptor(LargeBinary() if backend is None else backend.blob_type())
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> bytes | None:
+        return None if value is None else bytes(value)

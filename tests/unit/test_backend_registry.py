@@ -313,6 +313,7 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
             "golden DDL of revision 0008 (tests/golden/ddl_0008_cockroachdb.sql)",
             "golden DDL of revision 0009 (tests/golden/ddl_0009_cockroachdb.sql)",
             "golden DDL of revision 0010 (tests/golden/ddl_0010_cockroachdb.sql)",
+            "golden DDL of revision 0011 (tests/golden/ddl_0011_cockroachdb.sql)",
         ]
     }
     # A path it lacks fails by name, not with a KeyError.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, String, bindparam
+from sqlalchemy import ColumnElement, DateTime, LargeBinary, String, bindparam
 from sqlalchemy.engine import URL, Connection, CursorResult, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -635,6 +635,8 @@ class Backend:
     id_type: Callable[[int], TypeEngine[Any]] = String
     #: The type of a UTC instant with microseconds.
     instant_type: Callable[[], TypeEngine[Any]] = DateTime
+    #: The type of bytes of any length the statement limit lets through.
+    blob_type: Callable[[], TypeEngine[Any]] = LargeBinary
     #: Whether an instant is bound with its time zone (PostgreSQL's ``timestamptz``);
     #: else as its UTC wall time.
     binds_time_zone: bool = False

@@ -36,10 +36,10 @@ from ..engine import Ledger
 from ..errors import VersionConflict
 from ..ids import new_uuid7
 from ..kinds import REIN
+from ..portal import Portal
 from ..schema import rein_sessions_table as _rein
 from ..schema import rein_writes_table as _writes
 from ..selection import PURGE_BATCH, Progress, Selection, purge
-from .bridge import Portal
 
 __all__ = [
     "WRITE_LOG_RETENTION",

@@ -1,9 +1,10 @@
-"""The rein store's sync bridge: one private event loop per store, on anyio's blocking portal.
+"""A store's private event loop for sync callers, on anyio's blocking portal.
 
-rein's ``SessionStore`` protocol is synchronous, while the ledger is async. Each store
-runs every call on a loop of its own (``anyio.from_thread.start_blocking_portal``), so
-its pooled connections always belong to that one loop, whatever loops or threads the
-callers use; forked children start afresh.
+rein's ``SessionStore`` protocol is synchronous, while the ledger is async; LangGraph's
+saver serves sync graphs too. Such a store runs every call on a loop of its own
+(``anyio.from_thread.start_blocking_portal``), so its pooled connections always belong
+to that one loop, whatever loops or threads the callers use; forked children start
+afresh.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ class Portal:
     in its own ``asyncio.run``).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, owner: str = "LedgerSessionStore") -> None:
         self._name = name
+        #: What the error messages call the store.
+        self._owner = owner
         self._lock = threading.Lock()
         self._portal: BlockingPortal | None = None
         self._context: AbstractContextManager[BlockingPortal] | None = None
@@ -104,7 +107,7 @@ class Portal:
         return self._portal
 
     def _closed_error(self) -> RuntimeError:
-        return RuntimeError(f"this LedgerSessionStore is closed ({self._name})")
+        return RuntimeError(f"this {self._owner} is closed ({self._name})")
 
     async def _tracked(
         self, work: Callable[[], Coroutine[Any, Any, T]], context: contextvars.Context | None = None
@@ -130,8 +133,7 @@ class Portal:
                 raise
             if task.cancelled():  # by stop()
                 raise RuntimeError(
-                    "this LedgerSessionStore was closed while the call ran, which cancelled it "
-                    f"({self._name})"
+                    f"this {self._owner} was closed while the call ran, which cancelled it ({self._name})"
                 ) from None
             return task.result()
         finally:
