@@ -200,7 +200,7 @@ def test_no_framework_name_is_compared_outside_the_adapters_and_the_registry(pat
 #: The whole of a fifth framework's first adapter package: its ``kind`` module, with the
 #: first of its operations. The registry test then lists the rest.
 STUB_KIND = '''
-"""LangGraph's sessions as the tools handle them: a stub, to see what a fifth kind lacks."""
+"""CrewAI's sessions as the tools handle them: a stub, to see what a fifth kind lacks."""
 
 from chatledger.kinds import Listing
 
@@ -216,7 +216,7 @@ class Operations:
         return None
 
     async def listing(self, limit):
-        return Listing("langgraph threads", (), [])
+        return Listing("crew sessions", (), [])
 '''
 
 
@@ -229,7 +229,7 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def stub_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    package = tmp_path / "chatledger_stub_langgraph"
+    package = tmp_path / "chatledger_stub_crew"
     package.mkdir()
     (package / "__init__.py").write_text('"""A stub adapter package."""\n')
     (package / "kind.py").write_text(STUB_KIND)
@@ -240,13 +240,13 @@ def stub_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
 
 
 def test_a_stub_fifth_kind_lists_exactly_what_it_lacks(registry: None, stub_package: str) -> None:
-    kinds.register(SessionKind("langgraph", "LangGraph", "langgraph", "langgraph", stub_package))  # the line
+    kinds.register(SessionKind("crew", "CrewAI", "crewai", "crewai", stub_package))  # the line
 
-    assert kinds.lookup("langgraph").package == stub_package
-    assert kinds.names()[-1] == "langgraph" and kinds.chosen(["all"])[-1].name == "langgraph"
+    assert kinds.lookup("crew").package == stub_package
+    assert kinds.names()[-1] == "crew" and kinds.chosen(["all"])[-1].name == "crew"
     missing = gaps(kinds.registered())
     assert {name: lacks for name, lacks in missing.items() if lacks} == {
-        "langgraph": [
+        "crew": [
             "datum tables (chatledger.kinds.SessionKind)",
             "datum tombstones (chatledger.kinds.SessionKind)",
             "datum records (chatledger.kinds.SessionKind)",
@@ -255,17 +255,17 @@ def test_a_stub_fifth_kind_lists_exactly_what_it_lacks(registry: None, stub_pack
             "operation find",
             "operation delete",
             "operation purge",
-            "its extra 'langgraph' (pyproject.toml [project.optional-dependencies])",
+            "its extra 'crewai' (pyproject.toml [project.optional-dependencies])",
             "a revision creating its tables (migrations/versions/), with their golden DDL (tests/golden/)",
-            "its contract in chatledger.testing (chatledger.testing.chatledger_stub_langgraph, listed in "
+            "its contract in chatledger.testing (chatledger.testing.chatledger_stub_crew, listed in "
             "CONTRACTS)",
             "a test module running its contract on its store (tests/test_*.py)",
-            "its docs page (docs/langgraph.md)",
+            "its docs page (docs/crewai.md)",
         ]
     }
     # A path it lacks fails by name, not with an AttributeError or a KeyError.
-    with pytest.raises(LookupError, match="'langgraph' states no tombstones"):
-        kinds.lookup("langgraph").tombstone_rows()
+    with pytest.raises(LookupError, match="'crew' states no tombstones"):
+        kinds.lookup("crew").tombstone_rows()
 
 
 def test_a_kind_without_its_adapter_lacks_every_operation(registry: None) -> None:
