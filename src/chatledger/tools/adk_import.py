@@ -28,21 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from .. import validate
-from ..dsn import display, resolve_dsn
 from ..engine import Ledger
 from ..errors import ConfigurationError
 from ..schema import adk_sessions_table
+from ..stray_tables import ADK_TABLES
 from .importer import Importer, ImportReport
 from .moving_in import endpoints, header, ready_for_dry_run, target_ledger
 from .rows import FRAMEWORK_TABLES, Record, RowCodec
-
-#: ADK's tables and the columns this import reads.
-ADK_TABLES: Mapping[str, frozenset[str]] = {
-    "sessions": frozenset({"app_name", "user_id", "id", "state", "create_time", "update_time"}),
-    "events": frozenset({"id", "app_name", "user_id", "session_id", "invocation_id", "event_data"}),
-    "app_states": frozenset({"app_name", "state", "update_time"}),
-    "user_states": frozenset({"app_name", "user_id", "state", "update_time"}),
-}
 
 
 @dataclass
@@ -233,8 +225,11 @@ async def import_adk(
     ``dry_run`` writes nothing, and never migrates the target: it counts the sessions
     the target lacks, their events, and the source's state rows.
 
+    The source may be the target itself: ADK's tools given a plain URL of chatledger's
+    database create ADK's tables beside chatledger's, and the import reads them there.
+
     Raises:
-        ValueError: ``source`` and ``target`` are the same database; the source (or, on
+        ValueError: the source (or, on
             a dry run, the target) is a SQLite file that does not exist
             (``no such file: PATH``).
         ConfigurationError: the source lacks ADK's tables (schema v1) or is a
@@ -249,7 +244,7 @@ async def import_adk(
         source,
         target,
         dry_run=dry_run,
-        same=f"the source {display(resolve_dsn(source))} is the target: give the database ADK wrote",
+        same=None,
     )
     tables = {name: v1.Base.metadata.tables[name] for name in ADK_TABLES}
     report = ADKImportReport(dry_run=dry_run)

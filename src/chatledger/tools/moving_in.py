@@ -15,18 +15,22 @@ from ..migrate import existing_database
 from .rows import FORMAT, FORMAT_VERSION, FRAMEWORK_TABLES, TABLES, Record, RowCodec
 
 
-def endpoints(source: str | URL, target: str | URL | None, *, dry_run: bool, same: str) -> tuple[URL, URL]:
+def endpoints(
+    source: str | URL, target: str | URL | None, *, dry_run: bool, same: str | None
+) -> tuple[URL, URL]:
     """The source's and the target's URLs, checked before either is opened (opening a
     SQLite file that does not exist would create it).
 
     Raises:
         ValueError: a DSN is invalid; the source is a SQLite file that does not exist,
             or (``dry_run``) the target is (``no such file: PATH``); or the two are
-            the same database (``same`` is the message).
+            the same database (``same`` is the message; ``None`` allows it).
     """
     source_url = existing_database(source)
     target_url = existing_database(target) if dry_run else resolve_dsn(target)
-    if source_url.render_as_string(hide_password=False) == target_url.render_as_string(hide_password=False):
+    if same is not None and source_url.render_as_string(hide_password=False) == target_url.render_as_string(
+        hide_password=False
+    ):
         raise ValueError(same)
     return source_url, target_url
 
