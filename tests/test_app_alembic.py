@@ -27,6 +27,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL, Connection
 from zett_agent.messages import UserMessage
 
+from chatledger.app_alembic import env_passes_hooks, find_env_py
 from chatledger.dsn import DSN_ENV
 from chatledger.migrate import (
     VERSION_TABLE,
@@ -40,7 +41,6 @@ from chatledger.migrate import (
     include_object,
     upgrade_database,
 )
-from chatledger.app_alembic import env_passes_hooks, find_env_py
 from chatledger.tools.cli import run
 from chatledger.zett import LedgerSessionStorage
 
