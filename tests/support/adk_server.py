@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.error
 import urllib.request
