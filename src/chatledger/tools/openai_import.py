@@ -15,7 +15,8 @@ transaction a session, a session the target has already compared, never
 overwritten (identical: skipped; differing, or added to by a live writer first:
 left alone), a purged id's high-water mark respected. Items keep the SDK's order
 (``created_at``, then ``id``), numbered 1..n. Times are the SDK's (an item's
-``created_at``; the session's are its first and last item's) and each item's id is
+``created_at``; the session's are its session row's ``created_at`` and ``updated_at``,
+the last activity a user sees, or without that row its first and last item's) and each item's id is
 derived from the SDK's row id, so a re-run yields the same rows and finds them
 identical.
 """
@@ -133,6 +134,9 @@ class _Source:
         #: An item's JSON text as ``add_items`` stores it (:func:`.openai_agents.items.encode`).
         self.encode = encode
         self.codecs = {kind: RowCodec(FRAMEWORK_TABLES[kind]) for kind in (OPENAI.head, OPENAI.entry)}
+        #: The SDK's own ``created_at`` and ``updated_at`` of each session (its session
+        #: table's), where it has them: the times a user sees, kept as they are.
+        self.session_times: dict[str, tuple[object, object]] = {}
 
     async def records(self) -> AsyncIterator[Record]:
         """The export records of every session with an item to import, header first."""
@@ -168,6 +172,10 @@ class _Source:
                 )
             if not entries:
                 continue  # nothing chatledger would store (add_items of no items writes nothing)
+            # The SDK touches its session's updated_at on every add, also one whose item was
+            # popped later: its last activity, and the order of a list of sessions.
+            created, updated = self.session_times.get(session_id, (None, None))
+            first, latest = _instant(created, first), _instant(updated, latest)
             yield {
                 "type": OPENAI.head,
                 "row": self.codecs[OPENAI.head].encode(
@@ -212,7 +220,29 @@ async def _read_source(
             select(messages.c.session_id).distinct().order_by(messages.c.session_id)
         )
     ]
-    return _Source(conn, messages, ids, report, encode)
+    source = _Source(conn, messages, ids, report, encode)
+    columns = await conn.run_sync(_session_columns, sessions_table)
+    if columns >= {"session_id", "created_at", "updated_at"}:
+        sessions = Table(
+            sessions_table,
+            MetaData(),
+            Column("session_id", Text),
+            Column("created_at", Text),
+            Column("updated_at", Text),
+        )
+        for row in await conn.execute(
+            select(sessions.c.session_id, sessions.c.created_at, sessions.c.updated_at)
+        ):
+            source.session_times[str(row.session_id)] = (row.created_at, row.updated_at)
+    return source
+
+
+def _session_columns(conn: Connection, sessions: str) -> set[str]:
+    """The columns of the SDK's session table; none when the source has no such table."""
+    found = inspect(conn)
+    if sessions not in found.get_table_names():
+        return set()
+    return {column["name"] for column in found.get_columns(sessions)}
 
 
 async def _dry_run(source: _Source, ledger: Ledger, report: OpenAIImportReport) -> None:
