@@ -87,7 +87,8 @@ def adk_server(
 ) -> Iterator[Server]:
     """``adk COMMAND`` (``api_server`` or ``web``) on a free loopback port, serving
     ``agents`` with ``--session_service_uri session_uri``; stopped afterwards. Waits
-    (up to two minutes, polling) for it to answer ``/list-apps``."""
+    (polling, up to ten minutes: ADK's imports are slow on a busy machine) for it to
+    answer ``/list-apps``."""
     port = free_port()
     env = {key: value for key, value in os.environ.items() if key not in ("CHATLEDGER_DSN",)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH", "")])
@@ -99,7 +100,7 @@ def adk_server(
         process = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:
-        for _ in range(240):
+        for _ in range(1200):
             if process.poll() is not None:
                 raise AssertionError(f"adk {command} exited {process.returncode}:\n{server.output()}")
             try:
