@@ -24,6 +24,7 @@ from chatledger.tools import cli
 from chatledger.tools.moving_in import move_in
 
 from .conftest import Database
+from .support.schema_helpers import dsn_of, fresh_database
 
 SESSIONS = (("shop", "u1", "s-1", 3), ("shop", "u1", "s-2", 2), ("shop", "u2", "s-1", 1))
 
@@ -31,7 +32,11 @@ SESSIONS = (("shop", "u1", "s-1", 3), ("shop", "u1", "s-2", 2), ("shop", "u2", "
 async def adk_store(path: Path) -> str:
     """A SQLite file ADK's DatabaseSessionService wrote: events with app:, user:,
     temp: and session state deltas, one pair of events at the same instant."""
-    url = f"sqlite+aiosqlite:///{path}"
+    return await adk_writes(f"sqlite+aiosqlite:///{path}")
+
+
+async def adk_writes(url: str) -> str:
+    """What :func:`adk_store` holds, written by ADK's DatabaseSessionService at ``url``."""
     service = DatabaseSessionService(url)
     try:
         for app, user, id, count in SESSIONS:
@@ -122,7 +127,7 @@ async def test_a_chatledger_database_or_one_without_adks_tables_is_refused(tmp_p
     ledger = Ledger(other)
     await ledger.ensure_ready()
     await ledger.close()
-    with pytest.raises(ValueError, match="is the target"):
+    with pytest.raises(ConfigurationError, match="is a chatledger database"):
         await move_in("adk", other, other)
     with pytest.raises(ConfigurationError, match="is a chatledger database"):
         await move_in("adk", other, target)
@@ -135,6 +140,37 @@ async def test_a_chatledger_database_or_one_without_adks_tables_is_refused(tmp_p
     with pytest.raises(ValueError, match=f"no such file: {missing}"):
         await move_in("adk", f"sqlite:///{missing}", target)
     assert not missing.exists() and not (tmp_path / "target.sqlite3").exists()
+
+
+async def test_adks_tables_in_chatledgers_own_database_are_noticed_and_imported_from_there(
+    database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ADK's tools given chatledger's database's plain URL create ADK's own tables
+    beside chatledger's: check names them and the import, which reads them from that
+    same database."""
+    async with fresh_database(database, tmp_path, "adk_beside") as url:
+        await upgrade_database(url)
+        dsn = dsn_of(url)
+        assert await cli.run(["check", "--dsn", dsn]) == 0
+        assert "DatabaseSessionService" not in capsys.readouterr().out
+        adk_url = url.render_as_string(hide_password=False)
+        await adk_writes(adk_url)
+        expected = await adk_sessions(adk_url)
+        assert await cli.run(["check", "--dsn", dsn]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert (
+            "Google ADK's own DatabaseSessionService tables (sessions, events, app_states, user_states)"
+            in out
+        )
+        assert "chatledger import --adk" in out and "chatledger+<the DSN>" in out
+        report = await move_in("adk", url, url)
+        assert (report.sessions, report.entries, report.states, report.clean) == (3, 6, 3, True)
+        async with LedgerSessionService(url) as service:
+            for want in expected:
+                got = await service.get_session(
+                    app_name=want.app_name, user_id=want.user_id, session_id=want.id
+                )
+                assert got is not None and _shape(got) == _shape(want)
 
 
 async def test_a_dry_run_never_creates_or_migrates_the_target(tmp_path: Path) -> None:

@@ -27,12 +27,14 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import URL, Connection
 from zett_agent.messages import UserMessage
 
+from chatledger.app_alembic import env_passes_hooks, find_env_py
 from chatledger.dsn import DSN_ENV
 from chatledger.migrate import (
     VERSION_TABLE,
     app_hooks,
     app_version_tables,
     chatledger_tables,
+    current_revision,
     database_revision,
     head_revision,
     include_name,
@@ -270,6 +272,41 @@ async def test_the_apps_autogenerate_with_the_hooks_leaves_chatledger_alone(
     out = capsys.readouterr().out
     assert f"is at head ({HEAD}). Beside it, {app_version} is an application's own Alembic" in out
     assert "include_name=chatledger.migrate.include_name" in out and VERSION_TABLE not in out
+    assert "--app-alembic PATH reads it" in out
+    # Told where the application's env.py is, check reads it: it passes the hooks, so
+    # no reminder.
+    assert (
+        await run(["check", "--dsn", dsn_of(shared), "--app-alembic", str(tmp_path / "app_migrations")]) == 0
+    )
+    out = capsys.readouterr().out
+    assert f"is at head ({HEAD})" in out and "include_name" not in out
+    # One that lacks them is named.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "env.py").write_text("from alembic import context\n\ncontext.configure()\n", encoding="utf-8")
+    (bare / "alembic.ini").write_text("[alembic]\nscript_location = %(here)s\n", encoding="utf-8")
+    assert await run(["check", "--dsn", dsn_of(shared), "--app-alembic", str(bare / "alembic.ini")]) == 0
+    out = capsys.readouterr().out
+    assert f"env.py ({bare / 'env.py'}) lacks chatledger's hooks" in out.replace("\n", "")
+
+
+@pytest.mark.parametrize(
+    ("source", "passes"),
+    [
+        ("from chatledger.migrate import include_name, include_object", True),
+        ("import chatledger.migrate\nx = chatledger.migrate.app_hooks()", True),
+        ("from chatledger import migrate\nx = (migrate.include_name, migrate.include_object)", True),
+        ("from chatledger.migrate import include_name", False),
+        ("include_name = include_object = None", False),
+        ("this is not python", False),
+    ],
+)
+def test_check_reads_an_env_py_for_the_hooks(tmp_path: Path, source: str, passes: bool) -> None:
+    (tmp_path / "env.py").write_text(source, encoding="utf-8")
+    found = find_env_py(tmp_path)
+    assert found == tmp_path / "env.py"
+    assert env_passes_hooks(found) is passes
+    assert find_env_py(tmp_path / "nowhere") is None
 
 
 async def test_check_names_no_hook_without_an_apps_version_table(
@@ -303,9 +340,20 @@ def test_app_hooks_refuse_what_is_not_callable() -> None:
 
 async def test_app_version_tables_are_alembics_layout_but_not_chatledgers(shared: URL) -> None:
     create = "CREATE TABLE {} (version_num VARCHAR(32) NOT NULL)"
-    # Where an older chatledger kept its revision: chatledger's, not an application's.
-    await execute(shared, create.format("alembic_version"), "INSERT INTO alembic_version VALUES ('0001')")
+    # Where an older chatledger kept its revision (its own table records none yet):
+    # chatledger's, not an application's.
+    revision = await on_connection(shared, current_revision)
+    await execute(
+        shared,
+        create.format("alembic_version"),
+        f"INSERT INTO alembic_version VALUES ('{revision}')",
+        f"DELETE FROM {VERSION_TABLE}",
+    )
     assert await on_connection(shared, app_version_tables) == []
+    # Beside a revision chatledger's own table records, alembic_version is the
+    # application's, whatever it holds (and its rows are never read).
+    await execute(shared, f"INSERT INTO {VERSION_TABLE} VALUES ('{revision}')")
+    assert await on_connection(shared, app_version_tables) == ["alembic_version"]
     await execute(
         shared,
         "INSERT INTO alembic_version VALUES ('3f2a9c1b7e4d')",

@@ -221,3 +221,53 @@ async def test_a_purged_sessions_mark_refuses_its_import_again(database: Databas
             assert await LedgerSession("purged", ledger=ledger).get_items() == []
         finally:
             await ledger.close()
+
+
+async def test_moving_in_keeps_each_sessions_last_activity_and_the_list_order(
+    database: Database, tmp_path: Path
+) -> None:
+    """The SDK touches a session's ``updated_at`` on every add, also one whose item is
+    popped later: that is the last activity its users saw, and the order of a list of
+    sessions. The import keeps both (the last remaining item's time would move
+    ``earlier`` behind ``later``)."""
+    source = await sdk_store(tmp_path / "sdk.sqlite3", {"earlier": 2, "later": 1})
+    popped = SQLAlchemySession.from_url("earlier", url=source)
+    await popped.add_items([{"role": "user", "content": "undone"}])
+    assert await popped.pop_item() == {"role": "user", "content": "undone"}
+    await popped.engine.dispose()
+    # The SDK's times, one second apart (CURRENT_TIMESTAMP's resolution), set for the test.
+    times = (
+        "UPDATE agent_messages SET created_at = '2026-03-01 10:00:00' WHERE session_id = 'earlier'",
+        "UPDATE agent_messages SET created_at = '2026-03-01 10:00:03' WHERE session_id = 'later'",
+        "UPDATE agent_sessions SET created_at = '2026-03-01 09:59:59', updated_at = '2026-03-01 10:00:05' "
+        "WHERE session_id = 'earlier'",
+        "UPDATE agent_sessions SET created_at = '2026-03-01 10:00:02', updated_at = '2026-03-01 10:00:03' "
+        "WHERE session_id = 'later'",
+    )
+    engine = create_async_engine(source, poolclass=NullPool)
+    async with engine.begin() as conn:
+        for statement in times:
+            await conn.exec_driver_sql(statement)
+    await engine.dispose()
+    async with fresh_database(database, tmp_path, "moved") as url:
+        await upgrade_database(url)
+        report = await move_in("openai", source, url)
+        assert (report.sessions, report.entries) == (2, 3)
+        ledger = Ledger(url)
+        try:
+            listed = await ledger.read(
+                lambda conn: openai_items.list_recent(
+                    conn, 10, tombstone_first=ledger.backend.order_live_by_tombstone
+                )
+            )
+        finally:
+            await ledger.close()
+    assert [summary.id for summary in listed] == ["earlier", "later"]
+    utc = [
+        (summary.created_at.replace(tzinfo=None), summary.updated_at.replace(tzinfo=None))
+        for summary in listed
+    ]
+    assert [(str(created), str(updated)) for created, updated in utc] == [
+        ("2026-03-01 09:59:59", "2026-03-01 10:00:05"),
+        ("2026-03-01 10:00:02", "2026-03-01 10:00:03"),
+    ]

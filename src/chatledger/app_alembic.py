@@ -38,8 +38,11 @@ of its own never proposes to drop it.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from alembic.config import Config
 from sqlalchemy import column, inspect, select, table
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import SchemaItem
@@ -56,6 +59,8 @@ __all__ = [
     "app_hooks",
     "app_version_tables",
     "chatledger_tables",
+    "env_passes_hooks",
+    "find_env_py",
     "include_name",
     "include_object",
 ]
@@ -164,14 +169,21 @@ def app_version_tables(connection: Connection) -> list[str]:
     application's own Alembic): tables of Alembic's layout, one ``version_num`` column,
     other than :data:`~chatledger.versioning.VERSION_TABLE`, in the default schema;
     sorted. Not ``alembic_version`` holding nothing but revisions chatledger ships,
-    where an older chatledger kept its revision. Reads only."""
+    where an older chatledger kept its revision. Reads only, and reads an
+    ``alembic_version``'s rows only when :data:`~chatledger.versioning.VERSION_TABLE`
+    records no revision: otherwise the table is an application's, which chatledger's
+    roles need no grant on (a database shared with the application)."""
     inspector = inspect(connection)
     ours = chatledger_tables()
+    recorded = VERSION_TABLE in inspector.get_table_names() and (
+        connection.scalar(select(column(_VERSION_COLUMN)).select_from(table(VERSION_TABLE)).limit(1))
+        is not None
+    )
     found: list[str] = []
     for (_schema, name), columns in inspector.get_multi_columns().items():
         if name in ours or [entry["name"] for entry in columns] != [_VERSION_COLUMN]:
             continue
-        if name == LEGACY_VERSION_TABLE:
+        if name == LEGACY_VERSION_TABLE and not recorded:
             rows: list[str] = list(
                 connection.scalars(select(column(_VERSION_COLUMN)).select_from(table(name)))
             )
@@ -179,3 +191,50 @@ def app_version_tables(connection: Connection) -> list[str]:
                 continue  # chatledger's own revision, where an older chatledger kept it
         found.append(name)
     return sorted(found)
+
+
+#: The hook names an ``env.py`` passes: both module-level hooks, or :func:`app_hooks`.
+_HOOKS = frozenset({"include_name", "include_object"})
+
+
+def find_env_py(path: str | Path) -> Path | None:
+    """An application's Alembic ``env.py`` from ``path``: the file itself, a migration
+    directory holding it, or an ``alembic.ini`` (its ``script_location``, relative to
+    the file's directory); ``None`` when there is none."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "env.py"
+    elif path.suffix == ".ini" and path.is_file():
+        location = Config(str(path)).get_main_option("script_location")
+        if not location:
+            return None
+        location = location.replace("%(here)s", str(path.parent))
+        folder = Path(location)
+        path = (folder if folder.is_absolute() else path.parent / folder) / "env.py"
+    return path if path.is_file() else None
+
+
+def env_passes_hooks(env_py: Path) -> bool:
+    """Whether an ``env.py`` uses chatledger's hooks: it imports ``include_name`` and
+    ``include_object`` (or :func:`app_hooks`) from ``chatledger.migrate`` or
+    ``chatledger.app_alembic``, or names them as attributes of those modules. Read as
+    source, never run; a file that does not parse has none."""
+    try:
+        tree = ast.parse(env_py.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chatledger"):
+            used.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Attribute) and _names_chatledger(node.value):
+            used.add(node.attr)
+    return "app_hooks" in used or used >= _HOOKS
+
+
+def _names_chatledger(node: ast.expr) -> bool:
+    """``chatledger.migrate`` or ``chatledger.app_alembic`` (or a name bound to one by
+    ``from chatledger import migrate``), as an attribute's owner."""
+    if isinstance(node, ast.Attribute):
+        return isinstance(node.value, ast.Name) and node.value.id == "chatledger"
+    return isinstance(node, ast.Name) and node.id in ("migrate", "app_alembic")

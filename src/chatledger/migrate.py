@@ -66,11 +66,14 @@ from .app_alembic import (
     app_hooks,
     app_version_tables,
     chatledger_tables,
+    env_passes_hooks,
+    find_env_py,
     include_name,
     include_object,
 )
-from .dsn import DSN_ENV, default_sqlite_path, display, resolve_dsn, sqlite_file
+from .dsn import DSN_ENV, as_argument, default_sqlite_path, display, resolve_dsn, sqlite_file
 from .errors import DowngradeRefused, SchemaNotReady
+from .kinds import SessionKind, beside
 from .options import MAX_LOCK_TIMEOUT
 from .revisions import (
     Revisions,
@@ -742,9 +745,18 @@ class Check:
     #: then :data:`chatledger.drift.DRIFT_STATUS` and
     #: :func:`chatledger.drift.fix_script` gives the SQL that fixes it.
     drift: tuple[Drift, ...] = ()
+    #: A framework's own tables beside chatledger's, by kind (:func:`chatledger.kinds.beside`):
+    #: its tools were given this database's plain URL. The message then names the import
+    #: that moves their sessions in.
+    beside: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-async def check(dsn: str | URL | None = None) -> Check:
+#: Where an application's Alembic configuration is looked for when ``check`` is given
+#: none: Alembic's own default, in the current directory.
+DEFAULT_APP_ALEMBIC = Path("alembic.ini")
+
+
+async def check(dsn: str | URL | None = None, *, app_alembic: str | Path | None = None) -> Check:
     """``chatledger check``: whether this chatledger can use an existing database (at its
     head, or at a newer revision compatible with it), and whether any session holds raw
     messages written past its counter row; reads only. The result's ``status`` is the
@@ -752,30 +764,43 @@ async def check(dsn: str | URL | None = None) -> Check:
     schema drift: a database at head whose tables differ from what the head revision
     creates, in ``drift``), its ``message`` the line the command prints. An
     application's Alembic version table beside chatledger's adds the hooks its
-    ``env.py`` needs to the message (the status stays).
+    ``env.py`` needs to the message (the status stays), unless that ``env.py`` passes
+    them already: ``app_alembic`` is its ``alembic.ini``, migration directory or
+    ``env.py`` (default: ``alembic.ini`` in the current directory, if there is one).
+    A framework's own tables beside chatledger's (ADK's) add the import that moves
+    their sessions in.
 
     The command exits 2 on each error below.
 
     Raises:
-        ValueError: an invalid DSN, or a SQLite file that does not exist.
+        ValueError: an invalid DSN, or a SQLite file that does not exist; an
+            ``app_alembic`` with no ``env.py``.
         ConfigurationError: the server refused the connection or the read.
         SchemaNotReady: the version table holds several revisions.
     """
     from .adoption import state_and_hint  # imports this module
 
     url = existing_database(dsn)
+    env_py = _app_env_py(app_alembic)
 
     def read(
         connection: Connection,
-    ) -> tuple[SchemaState, str | None, list[integrity.PastCounter], bool, list[str]]:
+    ) -> tuple[
+        SchemaState,
+        str | None,
+        list[integrity.PastCounter],
+        bool,
+        list[str],
+        list[tuple[SessionKind, list[str]]],
+    ]:
         state, hint = state_and_hint(connection)
         past: list[integrity.PastCounter] = []
         more = False
         if not CHECK_STATUS[standing(state)]:  # a schema this chatledger can read
             past, more = integrity.past_counter(connection)
-        return state, hint, past, more, app_version_tables(connection)
+        return state, hint, past, more, app_version_tables(connection), beside(connection)
 
-    state, hint, past, more, apps = await run_on_connection(url, read)
+    state, hint, past, more, apps, strays = await run_on_connection(url, read)
     kind = standing(state)
     status = CHECK_STATUS[kind]
     message = describe(url, state, remedy=hint)
@@ -797,19 +822,55 @@ async def check(dsn: str | URL | None = None) -> Check:
             status = DRIFT_STATUS
         if compared.notes:
             message += f". {describe_notes(compared.notes)}"
-    if apps:
-        message += f". {_app_alembic_note(apps)}"
-    return Check(url, state, kind, status, message, tuple(past), tuple(apps), tuple(drift))
+    if apps and not (env_py is not None and env_passes_hooks(env_py)):
+        message += f". {_app_alembic_note(apps, env_py)}"
+    for stray, tables in strays:
+        message += f". {_beside_note(url, stray, tables)}"
+    found = tuple((stray.name, tuple(tables)) for stray, tables in strays)
+    return Check(url, state, kind, status, message, tuple(past), tuple(apps), tuple(drift), found)
 
 
-def _app_alembic_note(tables: list[str]) -> str:
+def _app_env_py(app_alembic: str | Path | None) -> Path | None:
+    """The application's ``env.py`` that ``check`` reads for the hooks: from
+    ``app_alembic`` (which must lead to one), else from ``./alembic.ini`` if present."""
+    if app_alembic is None:
+        found = find_env_py(DEFAULT_APP_ALEMBIC) if DEFAULT_APP_ALEMBIC.is_file() else None
+        # chatledger's own alembic.ini (a checkout of chatledger) is no application's.
+        ours = Path(script_location()).resolve() / "env.py"
+        return None if found is None or found.resolve() == ours else found
+    found = find_env_py(app_alembic)
+    if found is None:
+        raise ValueError(
+            f"app_alembic: no Alembic env.py at {app_alembic} (give the application's alembic.ini, "
+            "its migration directory or its env.py)"
+        )
+    return found
+
+
+def _app_alembic_note(tables: list[str], env_py: Path | None) -> str:
     named = ", ".join(tables)
+    which = (
+        f"that application's env.py ({env_py}) lacks chatledger's hooks: it must pass"
+        if env_py is not None
+        else "unless it does already, that application's env.py must pass"
+    )
+    unread = "" if env_py is not None else " (chatledger check --app-alembic PATH reads it and says)"
     return (
         f"Beside it, {named} {'is' if len(tables) == 1 else 'are'} an application's own Alembic version "
-        f"table{'s' if len(tables) > 1 else ''}: unless it does already, that application's env.py must pass "
+        f"table{'s' if len(tables) > 1 else ''}: {which} "
         "include_name=chatledger.migrate.include_name and include_object=chatledger.migrate.include_object "
         "to context.configure(), or its autogenerate drops chatledger's tables "
-        '(README, "Deploying: migrations")'
+        f'(README, "Deploying: migrations"){unread}'
+    )
+
+
+def _beside_note(url: URL, kind: SessionKind, tables: list[str]) -> str:
+    assert kind.moves_in is not None and kind.moves_in.beside is not None
+    own, source = kind.moves_in.beside, as_argument(url)
+    return (
+        f"It also holds {own.what} ({', '.join(tables)}), which chatledger does not read: "
+        f"{kind.label}'s tools were given this database's plain URL. Move their sessions in with "
+        f"chatledger import {kind.moves_in.flag} {source} --dsn {source}, and {own.then}"
     )
 
 

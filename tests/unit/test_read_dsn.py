@@ -36,7 +36,9 @@ def test_a_replica_of_another_dialect_is_refused() -> None:
 
 
 def test_read_dsn_needs_a_primary_dsn() -> None:
-    engine = create_async_engine(PG)
+    engine = create_async_engine(
+        PG.replace("postgresql:", "postgresql+asyncpg:")
+    )  # a driver SQLAlchemy 2.0 has too
     with pytest.raises(ValueError, match="read_dsn needs a DSN for the primary"):
         Ledger(engine=engine, read_dsn=PG)
 

@@ -30,19 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import validate
 from ..engine import Ledger
 from ..errors import ConfigurationError
-from ..kinds import Field, Found, Listing, Scope
+from ..kinds import ADK_OWN_TABLES, Field, Found, Listing, Scope
 from ..kinds.showing import cut, heading, numbered, when
 from ..selection import Progress, Selection
 from . import rows
 from .rows import Key
 
 #: ADK's tables and the columns the import reads.
-ADK_TABLES: Mapping[str, frozenset[str]] = {
-    "sessions": frozenset({"app_name", "user_id", "id", "state", "create_time", "update_time"}),
-    "events": frozenset({"id", "app_name", "user_id", "session_id", "invocation_id", "event_data"}),
-    "app_states": frozenset({"app_name", "state", "update_time"}),
-    "user_states": frozenset({"app_name", "user_id", "state", "update_time"}),
-}
+ADK_TABLES = ADK_OWN_TABLES
 
 
 def describe(event: Event) -> list[str]:

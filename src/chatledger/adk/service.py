@@ -26,6 +26,7 @@ from ..ids import new_uuid7
 from ..types import MAX_ADK_SCOPE_LENGTH
 from . import rows
 from .rows import Deltas, Key
+from .uris import service_dsn
 
 __all__ = ["LedgerListSessionsResponse", "LedgerSessionService"]
 
@@ -96,12 +97,18 @@ class LedgerSessionService(BaseSessionService):
         db_url: ``postgresql://``, ``mysql://``, ``mariadb://`` or ``sqlite:///path``
             (a driver in the URL, such as ``+asyncpg``, is fine); ``None`` reads
             ``CHATLEDGER_DSN``, then the embedded SQLite default.
+        uri: instead of ``db_url``, ADK's session service URI
+            (``chatledger+postgresql://…``, ``chatledger+sqlite:///path``…), as ADK's
+            service registry passes it (``--session_service_uri``, ``services.yaml``);
+            see :func:`chatledger.adk.register`.
+        agents_dir: ADK's agents directory, which ADK's factories pass; unused.
         engine: instead of ``db_url``, an ``AsyncEngine`` of your own (``db_engine=``,
             ADK's name, is the same); :meth:`close` leaves it open.
         **options: :class:`chatledger.options.LedgerOptions` (pool sizes, retries...).
 
     Raises:
-        ValueError / TypeError: a bad URL or option, or both a URL and an engine.
+        ValueError / TypeError: a bad URL or option, or both a URL and an engine, or
+            both ``db_url`` and ``uri``.
 
     Each event is one entry of its session's raw log (``adk_events``) with a gap-free
     sequence; an append whose COMMIT was lost is settled by ``Event.id``, so it is
@@ -119,12 +126,19 @@ class LedgerSessionService(BaseSessionService):
         self,
         db_url: str | URL | None = None,
         *,
+        uri: str | None = None,
+        agents_dir: str | None = None,
         engine: AsyncEngine | None = None,
         db_engine: AsyncEngine | None = None,
         **options: Any,
     ) -> None:
         if engine is not None and db_engine is not None:
             raise ValueError("give engine= or db_engine= (the same thing), not both")
+        if uri is not None:
+            if db_url is not None:
+                raise ValueError("give db_url= or uri= (ADK's service URI), not both")
+            db_url = service_dsn(uri)
+        del agents_dir  # ADK's factories pass the agents directory; the ledger needs none
         if options.get("read_dsn") is not None:
             # Replica reads serve the zett and rein stores (docs/scaling.md).
             raise ValueError("read_dsn: LedgerSessionService reads on the primary only; leave read_dsn unset")

@@ -36,7 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..options import LedgerOptions
-from ..schema import openai_items_table, raw_messages_table
+from ..schema import metadata, openai_items_table, raw_messages_table
 from ..types import BigInt
 from .appends import MESSAGE_COLUMNS, append_params, counter_advance, counter_upsert, save_rein_returning
 from .base import (
@@ -167,11 +167,12 @@ def _psycopg_pgbouncer_args() -> dict[str, Any]:
     return {"prepare_threshold": None}
 
 
+# Grants on chatledger's own tables only: the schema may hold an application's tables too.
 _PRIVILEGE_HINT_POSTGRESQL = (
-    "the role {user} lacks a privilege the runtime role needs; grant it as the database owner "
+    "the role {user} lacks a privilege the runtime role needs; grant it as chatledger's owner role "
     '(docs/deploying.md, "Two roles: owner and runtime"): GRANT CONNECT ON DATABASE {database} TO {user}; '
-    "GRANT USAGE ON SCHEMA public TO {user}; "
-    "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {user}; "
+    "GRANT USAGE ON SCHEMA public TO {user} (or the schema chatledger's tables are in); "
+    f"GRANT SELECT, INSERT, UPDATE, DELETE ON {', '.join(sorted(metadata.tables))} TO {{user}}; "
     "the tables an upgrade creates need it too, chatledger's bookkeeping included: "
     "GRANT SELECT ON chatledger_alembic_version, chatledger_compatibility TO {user};"
 )

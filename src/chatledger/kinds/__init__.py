@@ -20,6 +20,8 @@ DDL), its contract in ``chatledger.testing`` and its docs page;
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .. import marks
 from ..schema import (
     adk_app_states_table,
@@ -38,6 +40,7 @@ from ..tombstones import Tombstones
 from .base import (
     ALL,
     OPERATIONS,
+    Beside,
     Counter,
     Field,
     Found,
@@ -50,6 +53,7 @@ from .base import (
     SessionKind,
     Source,
     SourceOption,
+    beside,
     chosen,
     installed,
     lookup,
@@ -207,6 +211,15 @@ OPENAI = SessionKind(
     ),
 )
 
+#: Google ADK's ``DatabaseSessionService`` tables (schema v1) and the columns the
+#: import reads; ADK's tools create them in whatever database they are given.
+ADK_OWN_TABLES: Mapping[str, frozenset[str]] = {
+    "sessions": frozenset({"app_name", "user_id", "id", "state", "create_time", "update_time"}),
+    "events": frozenset({"id", "app_name", "user_id", "session_id", "invocation_id", "event_data"}),
+    "app_states": frozenset({"app_name", "state", "update_time"}),
+    "user_states": frozenset({"app_name", "user_id", "state", "update_time"}),
+}
+
 #: Google ADK's sessions: a counter row with the session state, its events, and the
 #: ``app:``/``user:`` state the sessions of an app (and user) share.
 ADK = SessionKind(
@@ -278,6 +291,12 @@ ADK = SessionKind(
         help="instead of FILE: the database Google ADK's DatabaseSessionService wrote (its sessions, "
         "events, app_states and user_states tables)",
         skipped=("partial event", "skipped"),
+        beside=Beside(
+            ADK_OWN_TABLES,
+            what="Google ADK's own DatabaseSessionService tables",
+            then="give ADK's tools --session_service_uri chatledger+<the DSN> after "
+            "chatledger.adk.register() (docs/adk.md)",
+        ),
     ),
 )
 
@@ -286,11 +305,13 @@ register(ZETT, REIN, OPENAI, ADK)
 
 __all__ = [
     "ADK",
+    "ADK_OWN_TABLES",
     "ALL",
     "OPENAI",
     "OPERATIONS",
     "REIN",
     "ZETT",
+    "Beside",
     "Checkpointed",
     "Counter",
     "Field",
@@ -309,6 +330,7 @@ __all__ = [
     "SessionKind",
     "Source",
     "SourceOption",
+    "beside",
     "chosen",
     "installed",
     "layout_counts",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, Protocol, cast
 
-from sqlalchemy import ColumnElement, Table
-from sqlalchemy.engine import URL
+from sqlalchemy import ColumnElement, Table, inspect
+from sqlalchemy.engine import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..selection import Progress, Selection
@@ -76,15 +76,37 @@ class SourceOption:
 
 
 @dataclass(frozen=True)
+class Beside:
+    """A framework's own tables as its own tools create them in whatever database they
+    are given, chatledger's included: ``check`` notices them there, and the import reads
+    them from that same database.
+
+    ``tables``: each table and the columns the import reads (all of them present, with
+    those columns, is the framework's schema: an application's own table of one of
+    those names alone is not); ``what``: the tables, in words; ``then``: what to give
+    the framework's tools instead, once the sessions are moved in.
+    """
+
+    tables: Mapping[str, frozenset[str]]
+    what: str
+    then: str
+
+
+@dataclass(frozen=True)
 class MoveIn:
     """An import from a framework's own tables (``chatledger import --openai-sdk DSN``):
     the flag naming the source, its help, its options, and what the source rows it
-    skips are, in words (``source row``, ``not JSON (or not an item), skipped``)."""
+    skips are, in words (``source row``, ``not JSON (or not an item), skipped``).
+
+    ``beside``: the framework's tables can stand beside chatledger's in one database
+    (their names differ from chatledger's), so the source may be the target itself.
+    """
 
     flag: str
     help: str
     skipped: tuple[str, str]
     options: tuple[SourceOption, ...] = ()
+    beside: Beside | None = None
 
     @property
     def name(self) -> str:
@@ -355,3 +377,22 @@ def missing_note(kind: SessionKind) -> str:
         f"{kind.distribution} is not installed, so {kind.name} sessions are left out: "
         f"install chatledger with its [{kind.extra}] extra"
     )
+
+
+def beside(connection: Connection) -> list[tuple[SessionKind, list[str]]]:
+    """The registered kinds whose framework's own tables (:class:`Beside`) stand in the
+    connection's default schema, each with those tables' names; reads the catalog only,
+    never a table's rows."""
+    inspector = inspect(connection)
+    names = set(inspector.get_table_names())
+    found: list[tuple[SessionKind, list[str]]] = []
+    for kind in registered():
+        own = kind.moves_in.beside if kind.moves_in is not None else None
+        if own is None or not names >= set(own.tables):
+            continue
+        if all(
+            {column["name"] for column in inspector.get_columns(name)} >= wanted
+            for name, wanted in own.tables.items()
+        ):
+            found.append((kind, list(own.tables)))
+    return found

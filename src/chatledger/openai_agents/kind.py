@@ -11,8 +11,9 @@ SDK's tables are read from a database of their own, and their columns are checke
 first: a source whose ``agent_sessions`` has chatledger's counter columns is refused,
 whatever it is called. Each session becomes the rows ``LedgerSession.add_items``
 would have written: its items in the SDK's order (``created_at``, then ``id``),
-numbered 1..n, at the SDK's times (the session's are its first and last item's),
-each item's id derived from the SDK's row id, so a re-run yields the same rows.
+numbered 1..n, at the SDK's times (the session's are its session row's
+``created_at`` and ``updated_at``, the last activity a user sees; without that row,
+its first and last item's), each item's id derived from the SDK's row id, so a re-run yields the same rows.
 """
 
 from __future__ import annotations
@@ -178,7 +179,26 @@ class Operations:
                 select(table.c.session_id).distinct().order_by(table.c.session_id)
             )
         ]
-        return SdkTables(conn, table, ids)
+        found = SdkTables(conn, table, ids)
+        if await conn.run_sync(_session_columns, sessions) >= {"session_id", "created_at", "updated_at"}:
+            rows = Table(
+                sessions,
+                MetaData(),
+                Column("session_id", Text),
+                Column("created_at", Text),
+                Column("updated_at", Text),
+            )
+            for row in await conn.execute(select(rows.c.session_id, rows.c.created_at, rows.c.updated_at)):
+                found.session_times[str(row.session_id)] = (row.created_at, row.updated_at)
+        return found
+
+
+def _session_columns(conn: Connection, sessions: str) -> set[str]:
+    """The columns of the SDK's session table; none when the source has no such table."""
+    found = inspect(conn)
+    if sessions not in found.get_table_names():
+        return set()
+    return {column["name"] for column in found.get_columns(sessions)}
 
 
 def _check_tables(conn: Connection, sessions: str, messages: str) -> None:
@@ -226,6 +246,9 @@ class SdkTables:
         #: Rows whose ``message_data`` is not JSON (the SDK skips them too), or not an
         #: item chatledger stores (a JSON object).
         self.skipped = 0
+        #: The SDK's own ``created_at`` and ``updated_at`` of each session (its session
+        #: table's), where it has them: the times a user sees, kept as they are.
+        self.session_times: dict[str, tuple[object, object]] = {}
 
     async def rows(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         messages = self.messages
@@ -257,6 +280,10 @@ class SdkTables:
                 )
             if not entries:
                 continue  # nothing chatledger would store (add_items of no items writes nothing)
+            # The SDK touches its session's updated_at on every add, also one whose item was
+            # popped later: its last activity, and the order of a list of sessions.
+            created, updated = self.session_times.get(session_id, (None, None))
+            first, latest = _instant(created, first), _instant(updated, latest)
             yield (
                 "openai_session",
                 {

@@ -33,18 +33,22 @@ from .importer import Importer, ImportReport
 from .rows import FORMAT, FORMAT_VERSION, Record, RowCodec, tables
 
 
-def endpoints(source: str | URL, target: str | URL | None, *, dry_run: bool, same: str) -> tuple[URL, URL]:
+def endpoints(
+    source: str | URL, target: str | URL | None, *, dry_run: bool, same: str | None
+) -> tuple[URL, URL]:
     """The source's and the target's URLs, checked before either is opened (opening a
     SQLite file that does not exist would create it).
 
     Raises:
         ValueError: a DSN is invalid; the source is a SQLite file that does not exist,
             or (``dry_run``) the target is (``no such file: PATH``); or the two are
-            the same database (``same`` is the message).
+            the same database (``same`` is the message; ``None`` allows it).
     """
     source_url = existing_database(source)
     target_url = existing_database(target) if dry_run else resolve_dsn(target)
-    if source_url.render_as_string(hide_password=False) == target_url.render_as_string(hide_password=False):
+    if same is not None and source_url.render_as_string(hide_password=False) == target_url.render_as_string(
+        hide_password=False
+    ):
         raise ValueError(same)
     return source_url, target_url
 
@@ -224,9 +228,10 @@ async def move_in(
 
     Raises:
         ValueError: a kind without such an import; ``source`` and ``target`` are the same
-            database; the source (or, on a dry run, the target) is a SQLite file that
-            does not exist (``no such file: PATH``); a session id is not one chatledger
-            stores (nothing is written).
+            database (unless the framework's tables stand beside chatledger's:
+            :attr:`chatledger.kinds.MoveIn.beside`); the source (or, on a dry run, the
+            target) is a SQLite file that does not exist (``no such file: PATH``); a
+            session id is not one chatledger stores (nothing is written).
         ConfigurationError: the source's tables are not the framework's (missing,
             lacking columns, or chatledger's own); nothing is written.
         SchemaNotReady: the target is not at this chatledger's head revision (a dry
@@ -242,7 +247,10 @@ async def move_in(
         source,
         target,
         dry_run=dry_run,
-        same=f"the source {display(resolve_dsn(source))} is the target: read the {kind.label} tables "
+        # A framework whose tables stand beside chatledger's is read in the same database.
+        same=None
+        if kind.moves_in.beside is not None
+        else f"the source {display(resolve_dsn(source))} is the target: read the {kind.label} tables "
         "from the database it wrote, and import into chatledger's",
     )
     report = MoveInReport(dry_run=dry_run)

@@ -97,9 +97,20 @@ CHECK_STATUS = migrate.CHECK_STATUS
 CHECK_PAST_COUNTER = migrate.CHECK_PAST_COUNTER
 
 
+def _configure_check(parser: argparse.ArgumentParser) -> None:
+    add_dsn(parser)
+    parser.add_argument(
+        "--app-alembic",
+        metavar="PATH",
+        help="an application's own Alembic in the same database: its alembic.ini, migration directory "
+        "or env.py, read for chatledger's hooks (default: ./alembic.ini if there is one); the hooks are "
+        "named only when it lacks them",
+    )
+
+
 async def _check(args: argparse.Namespace, console: Console) -> int:
     _note_default(args)
-    checked = await migrate.check(args.dsn)
+    checked = await migrate.check(args.dsn, app_alembic=args.app_alembic)
     if checked.drift:  # the SQL that fixes it, a script for the database's own client
         console.file.write(fix_script(checked.drift, checked.url.get_backend_name()))
         console.file.flush()
@@ -152,7 +163,7 @@ COMMANDS: tuple[Command, ...] = (
         "their counter row (zett-agent's own store after adopt; appends to them fail), 5 if it is at "
         "head but its tables differ from what the head revision creates (an index, constraint, column, "
         "type or collation changed by hand; the SQL that fixes it goes to stdout)",
-        add_dsn,
+        _configure_check,
         _check,
     ),
 )
