@@ -11,7 +11,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from chatledger.tools.moving_in import move_in
 from google.adk.cli.service_registry import ServiceRegistry, get_service_registry
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -21,6 +20,7 @@ from chatledger.adk import LedgerSessionService
 from chatledger.adk.registration import schemes
 from chatledger.migrate import upgrade_database
 from chatledger.schema import adk_events_table
+from chatledger.tools.moving_in import move_in
 
 from .conftest import Database
 from .support.adk_server import adk_server, agents_dir, session_uri
