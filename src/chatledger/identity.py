@@ -86,12 +86,6 @@ Find = Callable[[AsyncConnection], Awaitable["Found[T] | None"]]
 Generation = Callable[[AsyncConnection], Awaitable[int | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class _Made(Generic[T]):
-    generation: int
-    result: T
-
-
 class WriteIdentity(Generic[T]):
     """What one write is known by across a lost COMMIT (see the module).
 
@@ -126,16 +120,16 @@ class WriteIdentity(Generic[T]):
         self.generation = generation
         self.names = names
         self.of = of
-        #: What the running attempt made, told before its COMMIT.
-        self._made: _Made[T] | None = None
+        #: What the running attempt made, told before its COMMIT: (generation, result).
+        self._made: tuple[int, T] | None = None
         #: What the last attempt whose COMMIT was lost made.
-        self._candidate: _Made[T] | None = None
+        self._candidate: tuple[int, T] | None = None
 
     def made(self, generation: int, result: T) -> None:
         """Told by the write's work, last, before its COMMIT: the generation it wrote
         in and the result the call returns for it (what a settle returns when a delete,
         clear or purge has erased the write since)."""
-        self._made = _Made(generation, result)
+        self._made = (generation, result)
 
     def attempting(self) -> None:
         """A new attempt begins: it has made nothing yet."""
@@ -170,26 +164,32 @@ class WriteIdentity(Generic[T]):
         candidate = self._candidate
         if candidate is None or self.generation is None:
             return None
+        made_in, result = candidate
         now = await self.generation(conn)
-        if now is not None and now > candidate.generation:
-            return candidate.result  # written, then erased by a delete, clear or purge
+        if now is not None and now > made_in:
+            return result  # written, then erased by a delete, clear or purge
         return None
 
 
 def counter_generation(
-    table: Table, where: ColumnElement[bool], column: str, store: int, mark_id: str, mark_column: str
+    table: Table,
+    where: Callable[[], ColumnElement[bool]],
+    column: str,
+    store: int,
+    mark_id: Callable[[], str],
+    mark_column: str,
 ) -> Generation:
     """The generation of a session id kept in ``column`` of its counter row (found by
-    ``where`` in ``table``), or, once its tombstone was purged, in ``mark_column``
+    ``where()`` in ``table``), or, once its tombstone was purged, in ``mark_column``
     (``last_sequence`` or ``version``) of its high-water mark (:mod:`chatledger.marks`,
-    ``store`` and ``mark_id``)."""
-    statement = select(table.c[column]).where(where)
+    ``store`` and ``mark_id()``). The statement is built when a settle reads it, not
+    for every write."""
 
     async def generation(conn: AsyncConnection) -> int | None:
-        found = await conn.scalar(statement)
+        found = await conn.scalar(select(table.c[column]).where(where()))
         if found is not None:
             return int(found)
-        mark = await marks.seen(conn, store, mark_id)
+        mark = await marks.seen(conn, store, mark_id())
         return None if mark is None else int(getattr(mark, mark_column))
 
     return generation

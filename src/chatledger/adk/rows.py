@@ -214,8 +214,14 @@ def _generation(key: Key) -> Generation:
     """The generation of the session ``key`` (:mod:`chatledger.identity`): its
     ``base_sequence``, which every delete moves past its counter (a new generation
     starts there), or the last sequence its purged tombstone's mark keeps."""
-    mark_id = marks.adk_id(key.app_name, key.user_id, key.id)
-    return counter_generation(_sessions, key.session(), "base_sequence", marks.ADK, mark_id, "last_sequence")
+    return counter_generation(
+        _sessions,
+        key.session,
+        "base_sequence",
+        marks.ADK,
+        lambda: marks.adk_id(key.app_name, key.user_id, key.id),
+        "last_sequence",
+    )
 
 
 # -- create ------------------------------------------------------------------------------

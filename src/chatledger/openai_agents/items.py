@@ -230,20 +230,19 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
         identity.made(int(row.generation), True)
         return True
 
-    # The add's items from its first item's sequence on, found by the first item's id.
-    first = (
-        select(_items.c.sequence)
-        .where(_items.c.session_id == session_id, _items.c.item_id == item_ids[0])
-        .scalar_subquery()
-    )
-    stored_items = (
-        select(_items.c.item_json)
-        .where(_items.c.session_id == session_id, _items.c.sequence >= first)
-        .order_by(_items.c.sequence)
-        .limit(count)
-    )
-
     async def find(conn: AsyncConnection) -> Found[bool] | None:
+        # The add's items from its first item's sequence on, found by the first item's id.
+        first = (
+            select(_items.c.sequence)
+            .where(_items.c.session_id == session_id, _items.c.item_id == item_ids[0])
+            .scalar_subquery()
+        )
+        stored_items = (
+            select(_items.c.item_json)
+            .where(_items.c.session_id == session_id, _items.c.sequence >= first)
+            .order_by(_items.c.sequence)
+            .limit(count)
+        )
         stored = tuple((await conn.scalars(stored_items)).all())
         return Found(True, stored) if stored else None
 
@@ -252,7 +251,12 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
         tuple(texts),
         find=find,
         generation=counter_generation(
-            _sessions, _sessions.c.id == session_id, "generation", marks.OPENAI, session_id, "version"
+            _sessions,
+            lambda: _sessions.c.id == session_id,
+            "generation",
+            marks.OPENAI,
+            lambda: session_id,
+            "version",
         ),
         names="item id",
         of="an add of this session",

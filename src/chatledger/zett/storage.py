@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from types import SimpleNamespace, TracebackType
 from typing import Any, cast
 
@@ -78,6 +79,8 @@ _MESSAGE_CONTENT = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+#: The content of a raw message's row, in :data:`_MESSAGE_CONTENT`'s order.
+_message_content = itemgetter(*_MESSAGE_CONTENT)
 #: A settle's lookup of a raw message by its id: its sequence and content.
 _FIND_MESSAGE = select(_raw.c.sequence, *(_raw.c[name] for name in _MESSAGE_CONTENT)).where(
     _raw.c.id == bindparam("id")
@@ -89,7 +92,12 @@ def _generation(session_id: str) -> Generation:
     ``base_sequence``, which a delete moves to its last sequence (past every message it
     erases), or the last sequence its purged tombstone's mark keeps."""
     return counter_generation(
-        _sessions, _sessions.c.id == session_id, "base_sequence", marks.ZETT, session_id, "last_sequence"
+        _sessions,
+        lambda: _sessions.c.id == session_id,
+        "base_sequence",
+        marks.ZETT,
+        lambda: session_id,
+        "last_sequence",
     )
 
 
@@ -421,7 +429,7 @@ class LedgerSessionStorage:
 
         identity = WriteIdentity(
             row["id"],
-            tuple(row[name] for name in _MESSAGE_CONTENT),
+            _message_content(row),
             find=find,
             generation=_generation(session_values["id"]),
             names="message_id",
