@@ -20,6 +20,7 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from sqlalchemy import func, select
 
+from chatledger import IdentityConflict
 from chatledger.adk import LedgerSessionService
 from chatledger.adk.rows import Deltas, Key, append
 from chatledger.schema import adk_events_table as events
@@ -200,15 +201,93 @@ async def test_a_repeat_of_a_committed_append_settles_by_event_id(
     service: LedgerSessionService, app: str
 ) -> None:
     """What a retry after a lost COMMIT meets: the event is in, the counter moved past
-    what the caller saw. The work's refusal is settled by the event's id, not raised."""
+    what the caller saw. The work's refusal is settled by the event's identity, not raised."""
     session = await service.create_session(app_name=app, user_id="u", session_id="s")
     item = event("once", {"user:n": 1})
     await service.append_event(session, item)
-    key, empty = Key(app, "u", "s"), Deltas({}, {}, {})
-    sequence, _ = await append(service.ledger, key, 0, None, item.id, item.timestamp, "{}", empty)
-    assert sequence == 1
+    key, deltas = Key(app, "u", "s"), Deltas({}, {"n": 1}, {})
+    stored_json = item.model_dump_json(exclude_none=True)
+    appended = await append(service.ledger, key, 0, None, item.id, item.timestamp, stored_json, deltas)
+    assert appended.sequence == 1 and appended.settled
     stored = await service.get_session(app_name=app, user_id="u", session_id="s")
     assert stored is not None and [e.id for e in stored.events] == [item.id]
+
+
+async def test_an_event_id_reused_with_other_content_is_refused(
+    service: LedgerSessionService, app: str
+) -> None:
+    """Another event under a stored event's id (other text, a state delta) is an
+    ``IdentityConflict``: nothing of it is stored, and the caller's ``Session`` is left
+    as ``get_session`` returns it."""
+    session = await service.create_session(app_name=app, user_id="u", session_id="s")
+    original = event("original")
+    original.id = "e1"
+    await service.append_event(session, original)
+    fresh = await service.get_session(app_name=app, user_id="u", session_id="s")
+    assert fresh is not None
+    other = event("other", {"k": "v", "user:u": 1})
+    other.id = "e1"
+    with pytest.raises(IdentityConflict, match="e1") as refused:
+        await service.append_event(fresh, other)
+    assert refused.value.write_id == "e1"
+    stored = await service.get_session(app_name=app, user_id="u", session_id="s")
+    assert stored is not None and _texts(stored) == ["original"] and stored.state == {}
+    assert fresh == stored
+    assert await service.get_user_state(app_name=app, user_id="u") == {}
+
+
+async def test_the_same_event_appended_twice_is_held_once(service: LedgerSessionService, app: str) -> None:
+    """An app's retry of an ``Event`` it appended: stored once, and the caller's
+    ``Session`` holds it once, as ``get_session`` returns it."""
+    session = await service.create_session(app_name=app, user_id="u", session_id="s")
+    item = event("twice", {"k": 1, "temp:t": "kept"})
+    await service.append_event(session, item)
+    await service.append_event(session, item)
+    stored = await service.get_session(app_name=app, user_id="u", session_id="s")
+    assert stored is not None and [e.id for e in stored.events] == [item.id]
+    assert [e.id for e in session.events] == [item.id]
+    assert session.state == {"k": 1, "temp:t": "kept"}  # temp: state stays the invocation's
+    session.state.pop("temp:t")
+    assert session == stored
+    await service.append_event(session, event("next"))  # its counter is current
+    assert _texts(session) == ["twice", "next"]
+
+
+async def test_a_repeat_from_a_stale_session_leaves_it_as_stored(
+    service: LedgerSessionService, app: str
+) -> None:
+    """A repeat of a stored event from a ``Session`` read before other events were
+    appended: settled, and the caller's ``Session`` is read again, so that it never looks
+    current while missing the events in between."""
+    session = await service.create_session(app_name=app, user_id="u", session_id="s")
+    stale = session.model_copy(deep=True)
+    item = event("first")
+    await service.append_event(session, item)
+    await service.append_event(session, event("second"))
+    await service.append_event(stale, item)
+    stored = await service.get_session(app_name=app, user_id="u", session_id="s")
+    assert stale == stored and _texts(stale) == ["first", "second"]
+
+
+async def test_last_update_time_is_the_newest_events_timestamp(
+    service: LedgerSessionService, app: str
+) -> None:
+    """As ADK's own services have it: after ``append_event``, in the caller's ``Session``,
+    in ``get_session`` and in ``list_sessions`` (which orders by it)."""
+    session = await service.create_session(app_name=app, user_id="u", session_id="s")
+    other = await service.create_session(app_name=app, user_id="u", session_id="t")
+    later = event("later", timestamp=session.last_update_time + 10)
+    await service.append_event(session, later)
+    assert session.last_update_time == later.timestamp
+    stored = await service.get_session(app_name=app, user_id="u", session_id="s")
+    assert stored is not None and stored.last_update_time == later.timestamp and stored == session
+    earlier = event("earlier", timestamp=1700000000.123)
+    await service.append_event(other, earlier)
+    listed = (await service.list_sessions(app_name=app, user_id="u")).sessions
+    assert [(item.id, item.last_update_time) for item in listed] == [
+        ("t", earlier.timestamp),
+        ("s", later.timestamp),
+    ]
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -280,27 +359,21 @@ async def test_first_shared_state_rows_created_at_once(service: LedgerSessionSer
         }
 
 
-#: The statements of an append_event without state deltas: the counter bump (which
-#: returns the new updated_at where the database returns an UPDATE's rows) and the
-#: event's INSERT; MySQL/MariaDB read updated_at after.
-APPEND_STATEMENTS = {
-    "postgresql": ["UPDATE adk_sessions", "INSERT INTO adk_events"],
-    "sqlite": ["UPDATE adk_sessions", "INSERT INTO adk_events"],
-    "mysql": ["UPDATE adk_sessions", "INSERT INTO adk_events", "SELECT adk_sessions.updated_at"],
-}
+#: The statements of an append_event without state deltas, on every backend: the
+#: counter bump and the event's INSERT (the session's last_update_time is the event's
+#: timestamp, so nothing is read after).
+APPEND_STATEMENTS = ["UPDATE adk_sessions", "INSERT INTO adk_events"]
 
 
-async def test_an_append_costs_its_bump_and_its_insert(
-    service: LedgerSessionService, app: str, database: Database
-) -> None:
+async def test_an_append_costs_its_bump_and_its_insert(service: LedgerSessionService, app: str) -> None:
     """An append to a session read by this process sends no BEGIN of its own on SQLite
-    (its first statement writes) and no read but where an UPDATE returns no rows."""
+    (its first statement writes) and no read."""
     session = await service.create_session(app_name=app, user_id="u")
     await service.append_event(session, event("first"))
     trips = RoundTrips(service.ledger.engine)
     try:
         await service.append_event(session, event("counted"))
-        expected = APPEND_STATEMENTS[database.backend]
+        expected = APPEND_STATEMENTS
         pairs = zip(trips.sent, expected, strict=True)
         assert len(trips.sent) == len(expected) and all(sent.startswith(start) for sent, start in pairs), (
             trips.sent

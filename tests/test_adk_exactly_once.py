@@ -56,3 +56,30 @@ async def test_append_event_lost_in_its_commit_is_stored_once(
             "m1", "m2", "m3",
         ]  # fmt: skip
         assert stored._storage_update_marker == "3" and stored.state["user:n"] == 2
+
+
+@pytest.mark.parametrize("since", ["deleted", "created again"])
+async def test_append_committed_then_deleted_before_its_settle_counts_as_appended(
+    proxy: Proxy, server_url: URL, since: str
+) -> None:
+    """The append commits and its answer is lost; the database stays unreachable for the
+    writer while another writer deletes the session (and creates it again). The writer's
+    settle then finds the event erased by that delete: appended, then deleted -- never
+    ``SessionNotFoundError`` or ``StaleSessionError`` for a committed append."""
+    async with LedgerSessionService(proxy.url(server_url), retry_timeout=30) as service:
+        await service.ledger.ensure_ready()  # its reads commit too: arm the proxy after them
+        session = await service.create_session(app_name="overtaken", user_id="u")
+        await service.append_event(session, event("m1"))
+        proxy.arm("drop-after-commit", refuse_after=True)
+        appending = asyncio.create_task(service.append_event(session, event("m2", {"k": 2})))
+        await asyncio.wait_for(proxy.noted("commit answered"), TIMEOUT)
+        async with LedgerSessionService(server_url) as other:
+            seen = await other.get_session(app_name="overtaken", user_id="u", session_id=session.id)
+            assert seen is not None and len(seen.events) == 2  # other readers saw it
+            await other.delete_session("overtaken", "u", session.id)
+            if since == "created again":
+                await other.create_session(app_name="overtaken", user_id="u", session_id=session.id)
+        await proxy.accept()
+        await asyncio.wait_for(appending, TIMEOUT)
+        assert not appending.cancelled() and [e.id for e in session.events][-1] == seen.events[-1].id
+        assert session.state == {"k": 2} and session._storage_update_marker == "2"

@@ -31,7 +31,9 @@ from sqlalchemy.pool import NullPool
 from zett_agent.extensions.compaction import CompactedMessage
 from zett_agent.messages import UserMessage
 
-from chatledger import OutcomeUnknown, StorageUnavailable, retention
+from chatledger import IdentityConflict, OutcomeUnknown, StorageUnavailable, retention
+from chatledger.engine import Ledger
+from chatledger.openai_agents import LedgerSession
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
 from chatledger.tools.bench.floor import RoundTrips
@@ -228,6 +230,75 @@ async def test_repeating_an_append_with_its_message_id_writes_nothing(
         assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
         assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
         assert await storage.append(session_id, "r", UserMessage(content="c")) == 3
+
+
+async def test_repeating_a_message_id_with_another_message_is_an_identity_conflict(
+    server_url: URL, session_id: str
+) -> None:
+    """A message id names one message: repeated with other content (or for another
+    session), the append is refused with ``IdentityConflict`` and writes nothing."""
+    async with LedgerSessionStorage(server_url) as storage:
+        message_id = str(uuid.uuid4())
+        assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
+        for session, content, request in ((session_id, "b", "r"), (session_id, "a", "other request")):
+            with pytest.raises(IdentityConflict, match="message_id") as refused:
+                await storage.append(session, request, UserMessage(content=content), message_id=message_id)
+            assert refused.value.write_id == message_id
+        assert await ledger_state(storage, session_id) == LedgerState(1, [1])
+        assert await _contents(server_url, session_id) == ["a"]
+
+
+@pytest.mark.parametrize("since", ["deleted", "created again", "purged"])
+async def test_append_committed_then_deleted_before_its_settle_returns_its_sequence(
+    proxy: Proxy, server_url: URL, session_id: str, since: str
+) -> None:
+    """The append (a transaction: it changes the title) commits and its answer is lost;
+    the writer cannot reach the database while another deletes the session (and creates
+    it again, or purges its tombstone). The settle finds the message erased by that
+    delete: appended, then deleted, so its sequence is returned, not ``SessionDeleted``."""
+    storage = await _store(proxy, server_url, retry_timeout=30)
+    try:
+        await _fill(storage, session_id, 2)
+        proxy.arm("drop-after-commit", refuse_after=True)
+        lost = f"m3-{uuid.uuid4().hex}"
+        appending = asyncio.create_task(
+            storage.append(session_id, "r", UserMessage(content=lost), title="a new title")
+        )
+        await asyncio.wait_for(proxy.noted("commit answered"), TIMEOUT)
+        assert await _contents(server_url, session_id) == ["m1", "m2", lost]  # committed
+        async with LedgerSessionStorage(server_url) as other:
+            assert await other.delete_session(session_id)
+            if since == "created again":
+                await other.create_session(session_id=session_id)
+            if since == "purged":
+                assert await other.purge_tombstones(horizon=timedelta(0)) >= 1
+        await proxy.accept()
+        assert await asyncio.wait_for(appending, TIMEOUT) == 3
+    finally:
+        await storage.close()
+
+
+async def test_openai_add_committed_then_cleared_before_its_settle_is_done(
+    proxy: Proxy, server_url: URL, session_id: str
+) -> None:
+    """The same for an OpenAI Agents add overtaken by another writer's ``clear_session``."""
+    session = LedgerSession.from_url(session_id, url=proxy.url(server_url), retry_timeout=30)
+    try:
+        await session.add_items([{"role": "user", "content": "a"}])
+        proxy.arm("drop-after-commit", refuse_after=True)
+        adding = asyncio.create_task(session.add_items([{"role": "user", "content": "b"}]))
+        await asyncio.wait_for(proxy.noted("commit answered"), TIMEOUT)
+        other = LedgerSession(session_id, ledger=Ledger(server_url))
+        try:
+            assert len(await other.get_items()) == 2
+            await other.clear_session()
+        finally:
+            await other.ledger.close()
+        await proxy.accept()
+        await asyncio.wait_for(adding, TIMEOUT)
+        assert await session.get_items() == []
+    finally:
+        await session.close()
 
 
 async def test_connection_lost_before_commit_is_retried(

@@ -505,14 +505,15 @@ async def test_rein_save_on_a_tombstone_continues_the_versions(
 async def test_rein_saves_settle_by_their_write_id(
     store: LedgerSessionStore, ledger: Ledger, conv_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each save carries a new UUIDv7 write id and hands ``Ledger.write`` a settle
-    function that finds the version the save made by it, in the write log: after later
+    """Each save carries a new UUIDv7 write id and hands ``Ledger.write`` its identity,
+    whose settle finds the version the save made by it, in the write log: after later
     saves and a delete of the id too."""
     settles: list[Any] = []
     write = Ledger.write
 
     async def recording_write(self: Ledger, work: Any, **options: Any) -> Any:
-        settles.append(options.get("settle"))
+        identity = options.get("identity")
+        settles.append(None if identity is None else identity.settle)
         return await write(self, work, **options)
 
     monkeypatch.setattr(Ledger, "write", recording_write)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -272,3 +273,114 @@ async def test_an_item_that_is_not_json_is_named(
     for limit in (None, 1):
         with pytest.raises(ValueError, match=f"session '{session_id}': item 2 is stored as invalid JSON"):
             await session.get_items(limit)
+
+
+@pytest.mark.parametrize("stored", ["null", "7", '"text"', "[1, 2]"])
+async def test_an_item_that_is_not_a_json_object_is_named_and_stays(
+    ledger: Ledger, open_session: Callable[[str], Any], session_id: str, stored: str
+) -> None:
+    """A row holding JSON that is no item (a ``null`` written by SQL) fails the read as
+    invalid JSON does, naming its sequence; ``pop_item`` raises the same and leaves it
+    in place (never ``None``, which reads as an empty session)."""
+    session = open_session(session_id)
+    await session.add_items([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    async with ledger.engine.begin() as conn:
+        second = (items.c.session_id == session_id) & (items.c.sequence == 2)
+        await conn.execute(update(items).where(second).values(item_json=stored))
+    named = f"session '{session_id}': item 2 is stored as invalid JSON"
+    for limit in (None, 1):
+        with pytest.raises(ValueError, match=named):
+            await session.get_items(limit)
+    with pytest.raises(ValueError, match=named):
+        await session.pop_item()
+    assert await rows(ledger, session_id) == [(1, False), (2, False)]
+
+
+async def test_a_closed_session_refuses_every_call(database: Database, session_id: str) -> None:
+    session = LedgerSession.from_url(session_id, url=database.url)
+    await session.add_items([{"role": "user", "content": "a"}])
+    await session.close()
+    for call in (
+        session.add_items([]),
+        session.add_items([{"role": "user", "content": "b"}]),
+        session.get_items(),
+        session.pop_item(),
+        session.clear_session(),
+    ):
+        with pytest.raises(RuntimeError, match="is closed"):
+            await call
+    reopened = LedgerSession.from_url(session_id, url=database.url)
+    try:
+        assert await reopened.get_items() == [{"role": "user", "content": "a"}]
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False, None])
+async def test_ensure_ascii_escapes_as_the_sdk_documents(
+    ledger: Ledger, database: Database, session_id: str, ensure_ascii: bool | None
+) -> None:
+    """``ensure_ascii=True`` (the SDK's ``from_url`` and constructor take it) stores
+    non-ASCII characters escaped, ``False`` (chatledger's default) as they are; the
+    items read back are the same."""
+    given = {} if ensure_ascii is None else {"ensure_ascii": ensure_ascii}
+    session = LedgerSession.from_url(session_id, url=database.url, **given)
+    direct = LedgerSession(f"{session_id}-direct", ledger=ledger, **given)
+    item = {"role": "user", "content": "café ☕"}
+    try:
+        for one in (session, direct):
+            await one.add_items([item])
+            assert await one.get_items() == [item]
+
+            async def stored(conn: Any, one: LedgerSession = one) -> str:
+                return str(
+                    await conn.scalar(select(items.c.item_json).where(items.c.session_id == one.session_id))
+                )
+
+            text = await ledger.read(stored)
+            assert ("\\u00e9" in text and "café" not in text) if ensure_ascii else ("café ☕" in text), text
+    finally:
+        await session.close()
+    with pytest.raises(TypeError, match="ensure_ascii must be a bool"):
+        LedgerSession(session_id, ledger=ledger, ensure_ascii="yes")  # type: ignore[arg-type]
+
+
+def test_from_url_sessions_on_two_loops_at_once_get_a_ledger_each(database: Database) -> None:
+    """Two threads, each with its own event loop, adding through ``from_url`` sessions of
+    one URL at once: each loop gets a ledger (and pool) of its own, so no connection of
+    one loop serves the other, and every add lands; sessions on one loop still share."""
+    url = database.url.render_as_string(hide_password=False)
+    barrier = threading.Barrier(2, timeout=60)
+    adds = 20
+    results: dict[str, Any] = {}
+
+    def worker(name: str) -> None:
+        async def run() -> tuple[list[Any], Ledger, bool]:
+            session = LedgerSession.from_url(f"loops-{name}-{uuid.uuid4()}", url=url)
+            sibling = LedgerSession.from_url(f"loops-{name}-sibling", url=url)
+            try:
+                await session.get_items()  # the ledger of this loop, bound to it
+                barrier.wait()  # both loops hold their ledgers now
+                for n in range(adds):
+                    await session.add_items([{"role": "user", "content": f"{name}{n}"}])
+                return await session.get_items(), session.ledger, sibling.ledger is session.ledger
+            finally:
+                await session.close()
+
+        try:
+            results[name] = asyncio.run(run())
+        except BaseException as error:  # reported below, with the other thread's outcome
+            barrier.abort()
+            results[name] = error
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert all(isinstance(outcome, tuple) for outcome in results.values()), results
+    (items_a, ledger_a, shared_a), (items_b, ledger_b, shared_b) = results["a"], results["b"]
+    assert [item["content"] for item in items_a] == [f"a{n}" for n in range(adds)]
+    assert [item["content"] for item in items_b] == [f"b{n}" for n in range(adds)]
+    assert ledger_a is not ledger_b
+    assert shared_a and shared_b

@@ -115,9 +115,11 @@ async def test_an_append_after_outside_writes_names_them_and_writes_nothing(
         raw = await storage.list_raw_messages(ids[0])
         assert [record.message.text for record in raw[-1:]] == ["by zett, after adopt"]
 
-        # The exactly-once path is untouched: repeating an append that was stored
-        # (its message_id) returns its sequence, though the next sequence is taken too.
-        assert await storage.append(ids[0], "r", raw[0].message, message_id=raw[0].id) == 1
+        # The exactly-once path is untouched: repeating an append that was stored (its
+        # message_id, request and message) returns its sequence, though the next
+        # sequence is taken too.
+        repeated = await storage.append(ids[0], raw[0].request_id, raw[0].message, message_id=raw[0].id)
+        assert repeated == 1
         # The other sessions append as ever.
         assert await storage.append(ids[1], "r", UserMessage(content="elsewhere")) == 13
 

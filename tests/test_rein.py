@@ -29,7 +29,7 @@ from zett_agent.messages import UserMessage
 from chatledger import VersionConflict
 from chatledger.dsn import resolve_dsn
 from chatledger.rein import LedgerSessionStore, ReinSessionInfo, VersionedSession
-from chatledger.rein.store import WRITE_LOG_PRUNE_EVERY, WRITE_LOG_RETENTION, _settle_save
+from chatledger.rein.store import WRITE_LOG_PRUNE_EVERY, WRITE_LOG_RETENTION, _save_identity
 from chatledger.schema import rein_sessions_table
 from chatledger.schema import rein_writes_table as writes
 from chatledger.testing import ReinStoreContract
@@ -486,7 +486,7 @@ def _logged(store: LedgerSessionStore, conv_id: str) -> list[tuple[str, int]]:
 
 def _settled(store: LedgerSessionStore, write_id: str) -> int | None:
     async def work() -> int | None:
-        return await store.ledger.read(_settle_save(write_id))
+        return await store.ledger.read(_save_identity(write_id).settle)
 
     return store._runner.call(work)
 

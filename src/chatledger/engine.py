@@ -6,7 +6,9 @@ transactions, each in a module of its own, behind :class:`Ledger`.
 - :mod:`chatledger.readiness`: the schema and revision check, ``auto_upgrade``, the
   server's statement size limit;
 - :mod:`chatledger.transactions`: the retry budget, the classification of failures
-  and the exactly-once settle of a write whose COMMIT was lost.
+  and the exactly-once settle of a write whose COMMIT was lost;
+- :mod:`chatledger.identity`: what a write is known by across a lost COMMIT (its id,
+  content and generation), the same for every kind of session.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialects, interactive, validate
 from .connections import Connections
+from .identity import WriteIdentity
 from .options import LedgerOptions
 from .readiness import Readiness
 from .replicas import ReplicaReads
 from .transactions import Settle, Transactions, Work
 
-__all__ = ["Ledger", "Settle", "Work"]
+__all__ = ["Ledger", "Settle", "Work", "WriteIdentity"]
 
 T = TypeVar("T")
 
@@ -179,6 +182,7 @@ class Ledger:
         self,
         work: Work[T],
         *,
+        identity: WriteIdentity[T] | None = None,
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         session: str | None = None,
@@ -205,19 +209,29 @@ class Ledger:
         files, and connections lost or refused before the COMMIT was sent -- all of
         which left nothing committed.
 
-        ``settle`` makes the write exactly-once across an ambiguous failure (the
-        connection lost while the COMMIT was under way): it looks the write up by the
-        id it carries (``write_id``), fixed before the first attempt, in its own read
-        transaction, and returns the write's result when it was committed, ``None``
-        when not. After an ambiguous failure every later attempt settles first, and a
-        failure of ``work`` (a duplicate key, a version conflict) settles again before
-        it is raised: the server may still have been finishing the first COMMIT while
-        the first settle read, and the write's primary key decides that race.
+        ``identity`` makes the write exactly-once across an ambiguous failure (the
+        connection lost while the COMMIT was under way): the write's id, fixed before
+        the first attempt, its content, and the generation each attempt wrote in
+        (``work`` tells it, :meth:`WriteIdentity.made`), settled in a read
+        transaction of its own by the rules of :mod:`chatledger.identity`, the same
+        for every kind of session: the stored write with the same content is
+        returned, one with other content raises ``IdentityConflict``, a write a
+        delete, clear or purge erased since is returned as written. A write without
+        such an identity (a pop, a clear, a purge's conditional delete) may give
+        ``settle`` instead: it looks the write up in its own read transaction and
+        returns the write's result when it was committed, ``None`` when not
+        (``write_id`` names the write in ``OutcomeUnknown``). After an ambiguous
+        failure every later attempt settles first, and a failure of ``work`` (a
+        duplicate key, a version conflict) settles again before it is raised: the
+        server may still have been finishing the first COMMIT while the first settle
+        read, and the write's primary key decides that race.
 
         Raises:
-            OutcomeUnknown: the COMMIT was ambiguous and either no ``settle`` was
-                given, or the database stayed unreachable for the rest of the budget;
-                carries ``write_id``.
+            OutcomeUnknown: the COMMIT was ambiguous and either no ``identity`` or
+                ``settle`` was given, or the database stayed unreachable for the rest
+                of the budget; carries the write's id.
+            IdentityConflict: (a ``ValueError``) a stored write carries the id of
+                ``identity`` with other content; nothing written.
             StorageUnavailable: the budget ran out on transient failures or an
                 unreachable database; nothing from this call was committed.
             ConfigurationError: the server refused the configuration (database, login,
@@ -239,6 +253,7 @@ class Ledger:
         """
         return await self.transactions.write(
             work,
+            identity=identity,
             settle=settle,
             write_id=write_id,
             session=session,

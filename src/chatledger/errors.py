@@ -124,6 +124,23 @@ class OutcomeUnknown(StorageUnavailable):
         self.write_id = write_id
 
 
+class IdentityConflict(ChatledgerError, ValueError):
+    """A write carries the id of a stored write whose content differs: a message id
+    (zett's ``message_id``), an ADK ``Event.id`` or another id a write is known by
+    names one write, and a repeat of that write with that id is stored once
+    (:mod:`chatledger.identity`), but another write under the same id is refused.
+    Nothing was written; the stored write is left as it is.
+
+    Give the new write an id of its own. A ``ValueError``: the id is bad input, as
+    the id of another session's message always was.
+    """
+
+    def __init__(self, message: str, *, write_id: str) -> None:
+        super().__init__(message)
+        #: The id both writes carry.
+        self.write_id = write_id
+
+
 class DatabaseError(ChatledgerError, RuntimeError):
     """The database refused a statement for a reason chatledger has no closer class for
     (an error code it does not list, or a failure of SQLAlchemy's own without one).

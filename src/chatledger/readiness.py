@@ -137,8 +137,10 @@ class Readiness:
                 self.single_append = single if usable and not self.routine_refused else None
             level_query = self.backend.write_isolation_query
             if level_query is not None:
+                # On a write's connection, to read the writers' isolation; it writes
+                # nothing, so a lost COMMIT of it is retried as a read's is.
                 level = await transactions.run(
-                    lambda conn: conn.scalar(text(level_query)), write=True, ready=False
+                    lambda conn: conn.scalar(text(level_query)), write=True, probe=True, ready=False
                 )
                 instead = self.backend.write_isolation_instead.get(str(level).lower())
                 if instead is not None:

@@ -20,17 +20,23 @@ its result is returned.
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
 reply. Repeating the work blindly could write it twice; reporting a failure could
-deny a write that was in fact stored. So a write carries an id fixed before its first attempt
-(``write_id``), and the caller gives a ``settle`` function that looks the write up
-by it.
+deny a write that was in fact stored. So a write carries its identity
+(:class:`chatledger.identity.WriteIdentity`: an id fixed before its first attempt, its
+content, the generation each attempt wrote in), whose settle decides the same way
+for every kind of session (:mod:`chatledger.identity`); a write of another kind (a
+pop, a clear, a purge's conditional delete) gives a ``settle`` function of its own.
 
-**Settle.** After an ambiguous COMMIT every later attempt first runs ``settle`` in
+**Settle.** After an ambiguous COMMIT every later attempt first runs the settle in
 a read transaction of its own: it returns the write's result when the write was
 committed (the call returns it, and writes nothing more), ``None`` when not (the
 work is attempted again). A failure of the work itself (a duplicate key, a version
 conflict) is settled once more before it is raised: the server may still have been
 finishing the first COMMIT while the first settle read, and the write's primary
 key decides that race.
+
+**Probes and reads** are never ambiguous: a read, and a probe that reads on a
+write's connection (``probe``: the schema check's isolation probe), leave nothing to
+settle when their COMMIT is lost, and are retried as any transient failure is.
 
 **OutcomeUnknown.** Raised, carrying ``write_id``, when the outcome stays unknown:
 the COMMIT was ambiguous and no ``settle`` was given, or the database stayed
@@ -72,6 +78,7 @@ from .errors import (
     StatementTooLarge,
     StorageUnavailable,
 )
+from .identity import WriteIdentity
 from .options import LedgerOptions
 from .replicas import ReadPositions
 
@@ -129,6 +136,7 @@ class Transactions:
         self,
         work: Work[T],
         *,
+        identity: WriteIdentity[T] | None = None,
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         session: str | None = None,
@@ -141,6 +149,7 @@ class Transactions:
             return await self.run(
                 work,
                 write=True,
+                identity=identity,
                 settle=settle,
                 write_id=write_id,
                 first_writes=first_writes,
@@ -157,6 +166,7 @@ class Transactions:
             result = await self.run(
                 work,
                 write=True,
+                identity=identity,
                 settle=settle,
                 write_id=write_id,
                 after=remember,
@@ -184,16 +194,22 @@ class Transactions:
         write: bool = False,
         options: dict[str, Any] | None = None,
         ready: bool = True,
+        identity: WriteIdentity[T] | None = None,
         settle: Settle[T] | None = None,
         write_id: str | None = None,
         after: After | None = None,
         first_writes: bool = False,
         single_statement: bool = False,
         autocommit: bool = False,
+        probe: bool = False,
     ) -> T:
         """Run ``work`` as :meth:`write` or :meth:`read` do; ``options``: execution options
         of its own instead of a write's or a read's; ``ready=False``: without the schema
-        check first (the check's own reads); ``after``: run on the connection of the
+        check first (the check's own reads); ``identity``: the write's identity, whose
+        settle (:meth:`WriteIdentity.settle`) and id serve as ``settle`` and
+        ``write_id``; ``probe``: ``work`` reads on a write's connection (the write
+        options, the writer's isolation) and writes nothing, so a lost COMMIT leaves
+        nothing to settle and it is retried as a read is; ``after``: run on the connection of the
         transaction that succeeded (the work's or a settle's that found the write),
         after its COMMIT; its failure is ignored; ``first_writes``: a write whose first
         statement writes (:attr:`chatledger.dialects.Backend.first_write`);
@@ -203,6 +219,8 @@ class Transactions:
         connection leaves its outcome unknown, as a lost COMMIT does; its ``None``
         says it wrote nothing (``after`` is not run)."""
         await self.prepare(ready=ready)
+        if identity is not None:
+            settle, write_id = identity.settle, identity.id
         # The error of a COMMIT whose outcome is unknown, once one happened.
         ambiguous: BaseException | None = None
         # tenacity's state of this call, made on its first failure: a call that succeeds
@@ -215,6 +233,8 @@ class Transactions:
                     found = await self._settle(settle, after)
                     if found is not None:
                         return found
+                if identity is not None:
+                    identity.attempting()
                 try:
                     return await self._attempt(
                         work,
@@ -224,10 +244,13 @@ class Transactions:
                         first_writes=first_writes,
                         single_statement=single_statement,
                         autocommit=autocommit,
+                        probe=probe,
                     )
                 except _Retry as retry:
                     if retry.ambiguous:
                         ambiguous = retry.cause
+                        if identity is not None:
+                            identity.lost()
                         if settle is None:
                             raise self._unknown(retry.cause, write_id, settled=False) from retry.cause
                     raise
@@ -343,9 +366,11 @@ class Transactions:
         first_writes: bool = False,
         single_statement: bool = False,
         autocommit: bool = False,
+        probe: bool = False,
     ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
-        read (:attr:`Backend.snapshot_read`), or one with ``options`` instead. A
+        read (:attr:`Backend.snapshot_read`), or one with ``options`` instead (``probe``:
+        a write's transaction whose work writes nothing, never ambiguous). A
         failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
         its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
         by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
@@ -439,7 +464,8 @@ class Transactions:
                 # A statement that commits itself, answered by the end of the idle session
                 # it was sent on, never ran.
                 idle = autocommit and dialects.error_code(error, self.backend) in self.backend.idle_codes
-                raise _Retry(error, code, ambiguous=write and committing and not idle) from error
+                lost = write and committing and not idle and not probe
+                raise _Retry(error, code, ambiguous=lost) from error
             # Every other code, listed or not, becomes a chatledger error. A write's own
             # key clash becomes ConstraintViolation, which Transactions.run settles before it
             # is raised, as it settled the IntegrityError before.
@@ -461,7 +487,7 @@ class Transactions:
         except OSError as error:  # the socket under the driver: refused, reset, timed out
             if committed:
                 return result
-            raise _Retry(error, None, ambiguous=write and committing) from error
+            raise _Retry(error, None, ambiguous=write and committing and not probe) from error
         return result
 
     def _count_retry(self, state: RetryCallState) -> None:

@@ -60,6 +60,8 @@ class _Plan:
     marker: re.Pattern[bytes]
     delay: float
     refuse_after: bool
+    #: Acts only once a message containing this passed (``None``: at once).
+    after: re.Pattern[bytes] | None = None
 
 
 @dataclass
@@ -90,15 +92,19 @@ class Proxy:
         *,
         delay: float = 1.0,
         refuse_after: bool = False,
+        after: bytes | None = None,
     ) -> None:
         """Act once on the next client message containing ``marker`` (see the module).
         ``refuse_after`` (``drop-after-commit``): once the server answered the COMMIT,
         refuse new connections and drop every open one, before the client can
-        reconnect -- the database becomes unreachable right after committing."""
+        reconnect -- the database becomes unreachable right after committing.
+        ``after``: only on such a message after one containing these bytes (the
+        COMMIT of a given statement's transaction)."""
         if action not in ("drop-after-commit", "commit-late", "drop-before"):
             raise ValueError(f"unknown action {action!r}")
         pattern = marker if isinstance(marker, re.Pattern) else re.compile(re.escape(marker))
-        self._plan = _Plan(action, pattern, delay, refuse_after)
+        first = None if after is None else re.compile(re.escape(after))
+        self._plan = _Plan(action, pattern, delay, refuse_after, first)
 
     @property
     def armed(self) -> bool:
@@ -166,7 +172,9 @@ class Proxy:
                     pair.upstream.close()
                     return
                 plan = self._plan
-                if plan is not None and plan.marker.search(chunk):
+                if plan is not None and plan.after is not None and plan.after.search(chunk):
+                    plan.after = None  # this message passes; the next marker is acted on
+                elif plan is not None and plan.after is None and plan.marker.search(chunk):
                     self._plan = None
                     await self._act(pair, plan, chunk)
                     return

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import clock, marks, validate
 from ..engine import Ledger
 from ..errors import ConstraintViolation
+from ..identity import Found, Generation, WriteIdentity, counter_generation
 from ..savepoints import insert_unless_present
 from ..schema import adk_app_states_table as _apps
 from ..schema import adk_events_table as _events
@@ -79,11 +80,29 @@ class Deltas:
 
 @dataclass(frozen=True, slots=True)
 class Head:
-    """A session's counter row as a read saw it, with the shared state merged in."""
+    """A session's counter row as a read saw it, with the shared state merged in, and
+    the timestamp of its newest event (``None``: it has none)."""
 
     last_sequence: int
     state: dict[str, Any]
     updated_at: datetime
+    last_event_at: float | None = None
+
+    @property
+    def last_update_time(self) -> float:
+        """ADK's ``Session.last_update_time``: the newest event's timestamp, as ADK's own
+        services keep it; the session's creation without events."""
+        return self.updated_at.timestamp() if self.last_event_at is None else self.last_event_at
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What an append stored: the event's sequence, and whether a settle found it
+    stored before this call's attempt (``settled``: the caller's ``Session`` may lack
+    what was appended since, and is read again)."""
+
+    sequence: int
+    settled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +115,11 @@ class Loaded:
 
 @dataclass(frozen=True, slots=True)
 class Listed:
-    """One session of a :func:`list_page`: its key, merged state and counter."""
+    """One session of a :func:`list_page`: its key, merged state, counter and head."""
 
     user_id: str
     id: str
-    last_sequence: int
-    state: dict[str, Any]
-    updated_at: datetime
+    head: Head
 
 
 def _decode(text: object, what: str) -> dict[str, Any]:
@@ -193,6 +210,20 @@ async def user_state(ledger: Ledger, app_name: str, user_id: str) -> dict[str, A
     return result
 
 
+def _generation(key: Key) -> Generation:
+    """The generation of the session ``key`` (:mod:`chatledger.identity`): its
+    ``base_sequence``, which every delete moves past its counter (a new generation
+    starts there), or the last sequence its purged tombstone's mark keeps."""
+    return counter_generation(
+        _sessions,
+        key.session,
+        "base_sequence",
+        marks.ADK,
+        lambda: marks.adk_id(key.app_name, key.user_id, key.id),
+        "last_sequence",
+    )
+
+
 # -- create ------------------------------------------------------------------------------
 
 
@@ -245,14 +276,27 @@ async def create(ledger: Ledger, key: Key, deltas: Deltas) -> Head:
             )
         await _merge_shared(conn, _apps, key.app_name, key.user_id, deltas.app, stamp)
         await _merge_shared(conn, _users, key.app_name, key.user_id, deltas.user, stamp)
-        return await head(conn)
+        made = await head(conn)
+        # A new generation starts with no event: its base_sequence is its counter, which
+        # a delete moves past.
+        identity.made(made.last_sequence, made)
+        return made
 
-    async def settle(conn: AsyncConnection) -> Head | None:
+    async def find(conn: AsyncConnection) -> Found[Head] | None:
+        # The stamp is this call's own: a live row created at it is this create's.
         made = await conn.scalar(select(_sessions.c.created_at).where(key.session(), _live))
-        return None if made != stamp else await head(conn)
+        return None if made != stamp else Found(await head(conn), None)
 
+    identity = WriteIdentity(
+        key.id,
+        None,
+        find=find,
+        generation=_generation(key),
+        names="ADK session id",
+        of="a session",
+    )
     try:
-        result: Head = await ledger.write(work, settle=settle, write_id=key.id)
+        result: Head = await ledger.write(work, identity=identity)
     except ConstraintViolation:  # a racing create of the same key won
         raise exists from None
     return result
@@ -297,16 +341,21 @@ async def append(
     timestamp: float,
     event_json: str,
     deltas: Deltas,
-) -> tuple[int, datetime]:
+) -> Appended:
     """Append one event as the next sequence of its session's log, with its state deltas,
-    in one transaction; exactly once across a lost COMMIT (settled by ``event_id``).
+    in one transaction; exactly once across a lost COMMIT, by the event's identity
+    (:mod:`chatledger.identity`): its id ``event_id``, its content ``event_json``, and the
+    generation it was made in.
 
     Returns:
-        The event's sequence and the session's new ``updated_at``.
+        The event's sequence, and whether it was found stored before (a repeat of an
+        append that was committed, by this call's lost COMMIT or an earlier call).
 
     Raises:
         StaleSessionError: the counter moved past ``seen`` (another writer appended).
         SessionNotFoundError: no live session has the key.
+        IdentityConflict: another event with the id ``event_id`` is stored with other
+            content; nothing written.
     """
     session_delta = validate.json_text(deltas.session, "state_delta")
     await ledger.check_statement_size(
@@ -318,7 +367,7 @@ async def append(
     )
     latest = ledger.backend.latest
 
-    async def work(conn: AsyncConnection) -> tuple[int, datetime]:
+    async def work(conn: AsyncConnection) -> Appended:
         now = clock.utc_now()
         expected = await _expected(conn, key, seen, last_event_id)
         bump = (
@@ -328,13 +377,8 @@ async def append(
                 last_sequence=_sessions.c.last_sequence + 1, updated_at=latest(_sessions.c.updated_at, now)
             )
         )
-        # Where the database returns an UPDATE's rows (SQLAlchemy's dialect says), the
-        # new updated_at comes back with the bump instead of a read at the end.
-        returning = conn.dialect.update_returning
-        moved = await conn.execute(bump.returning(_sessions.c.updated_at) if returning else bump)
-        updated: Any = moved.scalar_one_or_none() if returning else None
-        matched = updated is not None if returning else moved.rowcount == 1
-        if not matched:
+        moved = await conn.execute(bump)
+        if moved.rowcount != 1:
             await _refuse(conn, key)
         sequence = expected + 1
         if deltas.session:
@@ -365,28 +409,54 @@ async def append(
                 created_at=now,
             )
         )
-        if not returning:
-            updated = await conn.scalar(select(_sessions.c.updated_at).where(key.session()))
-        return sequence, updated if isinstance(updated, datetime) else now
+        appended = Appended(sequence)
+        # The counter was at expected, which a delete moves past (base_sequence).
+        identity.made(expected, appended)
+        return appended
 
-    async def settle(conn: AsyncConnection) -> tuple[int, datetime] | None:
+    async def find(conn: AsyncConnection) -> Found[Appended] | None:
         row = (
             await conn.execute(
-                select(_events.c.sequence, _events.c.created_at).where(
+                select(_events.c.sequence, _events.c.event_json).where(
                     key.events(), _events.c.event_id == event_id
                 )
             )
         ).one_or_none()
-        return None if row is None else (int(row.sequence), row.created_at)
+        return None if row is None else Found(Appended(int(row.sequence), settled=True), (row.event_json,))
 
-    # With the caller's marker, the first statement is the bump: SQLite's BEGIN comes with it.
-    result: tuple[int, datetime] = await ledger.write(
-        work, settle=settle, write_id=event_id, first_writes=seen is not None
+    identity = WriteIdentity(
+        event_id,
+        (event_json,),
+        find=find,
+        generation=_generation(key),
+        names="ADK Event.id",
+        of="an event of this session",
     )
+    # With the caller's marker, the first statement is the bump: SQLite's BEGIN comes with it.
+    result: Appended = await ledger.write(work, identity=identity, first_writes=seen is not None)
     return result
 
 
 # -- read --------------------------------------------------------------------------------
+
+#: The timestamp of a session row's newest event (NULL without one): the event at its
+#: counter, a lookup on the primary key of ``adk_events`` (a delete moves the counter
+#: past the events it erases, and a new generation starts with none).
+_NEWEST_EVENT_AT = (
+    select(_events.c.timestamp)
+    .where(
+        _events.c.app_name == _sessions.c.app_name,
+        _events.c.user_id == _sessions.c.user_id,
+        _events.c.session_id == _sessions.c.id,
+        _events.c.sequence == _sessions.c.last_sequence,
+    )
+    .scalar_subquery()
+    .label("last_event_at")
+)
+
+
+def _float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 async def load(ledger: Ledger, key: Key, recent: int | None, after: float | None) -> Loaded | None:
@@ -401,6 +471,7 @@ async def load(ledger: Ledger, key: Key, recent: int | None, after: float | None
                     _sessions.c.base_sequence,
                     _sessions.c.state_json,
                     _sessions.c.updated_at,
+                    _NEWEST_EVENT_AT,
                 ).where(key.session(), _live)
             )
         ).one_or_none()
@@ -424,7 +495,8 @@ async def load(ledger: Ledger, key: Key, recent: int | None, after: float | None
             events = list(await conn.scalars(query))
         app, user = await _shared(conn, key.app_name, key.user_id)
         state = merged(app, user, _decode(row.state_json, "adk_sessions"))
-        return Loaded(Head(int(row.last_sequence), state, row.updated_at), list(reversed(events)))
+        head = Head(int(row.last_sequence), state, row.updated_at, _float(row.last_event_at))
+        return Loaded(head, list(reversed(events)))
 
     result: Loaded | None = await ledger.read(work)
     return result
@@ -437,7 +509,8 @@ async def list_page(
 
     ``limit`` given: a page of at most ``limit`` in key order (``user_id``, ``id``)
     after the key ``after``, on the primary key's index. ``limit`` ``None``: all, in
-    ADK's order (last update oldest first).
+    ADK's order (last update oldest first: :attr:`Head.last_update_time`, then user
+    and id).
     """
 
     async def work(conn: AsyncConnection) -> list[Listed]:
@@ -447,12 +520,11 @@ async def list_page(
             _sessions.c.last_sequence,
             _sessions.c.state_json,
             _sessions.c.updated_at,
+            _NEWEST_EVENT_AT,
         ).where(_sessions.c.app_name == app_name, _live)
         if user_id is not None:
             query = query.where(_sessions.c.user_id == user_id)
-        if limit is None:
-            query = query.order_by(_sessions.c.updated_at, _sessions.c.user_id, _sessions.c.id)
-        else:
+        if limit is not None:
             if after is not None:
                 query = query.where(
                     or_(
@@ -470,16 +542,22 @@ async def list_page(
                 select(_users.c.state_json).where(_users.c.app_name == app_name, _users.c.user_id == user)
             )
             users[user] = {} if found is None else _decode(found, "adk_user_states")
-        return [
+        listed = [
             Listed(
                 row.user_id,
                 row.id,
-                int(row.last_sequence),
-                merged(app_state, users[row.user_id], _decode(row.state_json, "adk_sessions")),
-                row.updated_at,
+                Head(
+                    int(row.last_sequence),
+                    merged(app_state, users[row.user_id], _decode(row.state_json, "adk_sessions")),
+                    row.updated_at,
+                    _float(row.last_event_at),
+                ),
             )
             for row in rows
         ]
+        if limit is None:
+            listed.sort(key=lambda item: (item.head.last_update_time, item.user_id, item.id))
+        return listed
 
     result: list[Listed] = await ledger.read(work)
     return result

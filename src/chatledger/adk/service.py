@@ -16,6 +16,7 @@ from google.adk.sessions.base_session_service import (
     ListSessionsResponse,
 )
 from google.adk.sessions.session import Session
+from google.adk.sessions.state import State
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -70,6 +71,23 @@ def _seen(session: Session) -> int | None:
         raise ValueError(
             f"session {session.id!r} was not read from this service; reload it from it"
         ) from None
+
+
+def _temp_state(event: Event) -> dict[str, Any]:
+    """The ``temp:`` keys of the event's state delta (ADK's ``_apply_temp_state``)."""
+    delta = event.actions.state_delta if event.actions else None
+    return {key: value for key, value in (delta or {}).items() if key.startswith(State.TEMP_PREFIX)}
+
+
+def _refresh(session: Session, loaded: rows.Loaded) -> None:
+    """Make ``session`` what :meth:`LedgerSessionService.get_session` returns from
+    ``loaded``, keeping its ``temp:`` state (the invocation's own)."""
+    temp = {key: value for key, value in session.state.items() if key.startswith(State.TEMP_PREFIX)}
+    session.events[:] = [Event.model_validate_json(text) for text in loaded.events]
+    session.state.clear()
+    session.state.update({**loaded.head.state, **temp})
+    session.last_update_time = loaded.head.last_update_time
+    session._storage_update_marker = str(loaded.head.last_sequence)
 
 
 def _encode_token(after: tuple[str, str]) -> str:
@@ -240,14 +258,7 @@ class LedgerSessionService(BaseSessionService):
         if limit is not None and len(found) > limit:
             found = found[:limit]
             token = _encode_token((found[-1].user_id, found[-1].id))
-        sessions = [
-            self._session(
-                Key(app, item.user_id, item.id),
-                rows.Head(item.last_sequence, item.state, item.updated_at),
-                [],
-            )
-            for item in found
-        ]
+        sessions = [self._session(Key(app, item.user_id, item.id), item.head, []) for item in found]
         return LedgerListSessionsResponse(sessions=sessions, next_page_token=token)
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
@@ -270,12 +281,22 @@ class LedgerSessionService(BaseSessionService):
         """Store ``event`` as the next entry of ``session``'s log and apply it to ``session``.
 
         A partial event is returned unstored. ``temp:`` keys reach ``session.state``
-        only. Exactly once: a retry after a lost COMMIT finds the event by ``Event.id``.
+        only. Afterwards ``session`` holds what :meth:`get_session` returns (its
+        ``last_update_time`` the event's ``timestamp``, as ADK's own services keep it),
+        ``temp:`` state aside; a refused append leaves it as it was.
+
+        Exactly once, by the event's identity (:mod:`chatledger.identity`): a retry
+        after a lost COMMIT, or a repeat of the same ``Event``, finds it by
+        ``Event.id`` and stores nothing more (``session`` is then read again, so it
+        never holds the event twice); an event the session's delete erased after its
+        COMMIT was lost counts as appended.
 
         Raises:
             StaleSessionError: another writer appended to the session since
                 ``session`` was read (ADK's error and message); reload it.
             SessionNotFoundError: the session does not exist or was deleted.
+            IdentityConflict: (a ``ValueError``) the session holds another event
+                with this ``Event.id`` and other content; nothing was stored.
             TypeError / ValueError: not a ``Session`` / ``Event``; an id too long.
         """
         if not isinstance(session, Session):
@@ -287,12 +308,13 @@ class LedgerSessionService(BaseSessionService):
         key = _key(session.app_name, session.user_id, session.id)
         event_id = validate.identifier(event.id, "event.id")
         seen = _seen(session)
-        self._apply_temp_state(session, event)
+        # Kept for the caller's session, applied once the event is stored.
+        temp = _temp_state(event)
         event = self._trim_temp_delta_state(event)
         deltas = _deltas(event.actions.state_delta if event.actions else None)
         last = session.events[-1].id if session.events else None
         with telemetry.operation(self.ledger, "adk", "append_event", key.id) as span:
-            sequence, updated = await rows.append(
+            appended = await rows.append(
                 self.ledger,
                 key,
                 seen,
@@ -302,11 +324,17 @@ class LedgerSessionService(BaseSessionService):
                 event.model_dump_json(exclude_none=True),
                 deltas,
             )
-            span.set("chatledger.sequence", sequence)
-        # A settled repeat of an older event leaves the object's counter where it is.
-        session._storage_update_marker = str(max(sequence, seen or 0))
-        session.last_update_time = updated.timestamp()
-        return self._commit_event_to_session(session, event)
+            span.set("chatledger.sequence", appended.sequence)
+            # Stored before (a repeat): what the session holds now, read again.
+            loaded = await rows.load(self.ledger, key, None, None) if appended.settled else None
+        if loaded is None:
+            session._storage_update_marker = str(appended.sequence)
+            session.last_update_time = event.timestamp
+            self._commit_event_to_session(session, event)
+        else:
+            _refresh(session, loaded)
+        session.state.update(temp)
+        return event
 
     @staticmethod
     def _session(key: Key, head: rows.Head, events: list[Event]) -> Session:
@@ -316,7 +344,7 @@ class LedgerSessionService(BaseSessionService):
             user_id=key.user_id,
             state=head.state,
             events=events,
-            last_update_time=head.updated_at.timestamp(),
+            last_update_time=head.last_update_time,
         )
         session._storage_update_marker = str(head.last_sequence)
         return session

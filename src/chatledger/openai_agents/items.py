@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import clock, marks, telemetry, validate
 from ..engine import Ledger
 from ..errors import ConstraintViolation
+from ..identity import Found, WriteIdentity, counter_generation
 from ..schema import openai_items_table as _items
 from ..schema import openai_sessions_table as _sessions
 from ..selection import PURGE_BATCH, Progress, Selection, purge
@@ -62,18 +63,30 @@ def loads(text: str) -> Any:
 
 
 def decode(session_id: str, sequence: int, item_json: str) -> Any:
-    """One stored item; a row that is not JSON is named, never skipped silently."""
+    """One stored item; a row that is not a JSON object (invalid JSON, or JSON such as a
+    ``null`` written by SQL) is named, never skipped silently or returned as an item.
+
+    Raises:
+        ValueError: the row is not a JSON object; names the session and the sequence.
+    """
     try:
-        return loads(item_json)
+        item = loads(item_json)
     except ValueError as error:
         raise ValueError(
             f"OpenAI Agents session {session_id!r}: item {sequence} is stored as invalid JSON: {error}"
         ) from None
+    if not isinstance(item, dict):
+        raise ValueError(
+            f"OpenAI Agents session {session_id!r}: item {sequence} is stored as invalid JSON: "
+            f"{type(item).__name__} {item_json[:40]!r} is not a JSON object (an input item)"
+        )
+    return item
 
 
-def encode(item: object, field: str) -> str:
+def encode(item: object, field: str, *, ensure_ascii: bool = False) -> str:
     """One item's JSON text as an add stores it (key order kept: the SDK's rewind
-    compares items by their serialization).
+    compares items by their serialization); ``ensure_ascii``: non-ASCII characters
+    escaped (``\\u00e9``), as the SDK's own session stores them by default.
 
     Raises:
         TypeError: ``item`` is not a dict (an input item); names ``field``.
@@ -83,7 +96,7 @@ def encode(item: object, field: str) -> str:
         raise TypeError(f"{field} must be a dict (an input item), not {type(item).__name__}")
     validate.json_depth(item, field)
     try:
-        text = json.dumps(item, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(item, ensure_ascii=ensure_ascii, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise ValueError(f"{field} must be JSON serializable: {error}") from None
     return validate.text(text, field)
@@ -145,13 +158,13 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
     """Append ``texts`` (one item's JSON each, ids ``item_ids`` fixed by the caller before
     the first attempt) as one gap-free range of sequences, in one transaction.
 
-    A lost COMMIT is settled by the first item's id; an add overtaken by a
-    ``clear_session`` (the session's generation moved on since the attempt) settles as
-    done: it happened before the clear, which erased it.
+    Exactly once across a lost COMMIT, by the add's identity (:mod:`chatledger.identity`):
+    the first item's id, the items' texts, and the session's ``generation`` it wrote
+    in; an add overtaken by a ``clear_session`` (or a delete or purge) settles as done:
+    it happened before the clear, which erased it.
     """
     count = len(texts)
     backend = ledger.backend
-    attempted: list[int] = []  # the generation the last attempt wrote into
     # The one statement binds all the items in one array parameter (one protocol
     # message; psycopg escapes each element's quotes and backslashes once more): only
     # an add that fits the statement limit whole, else the items go row by row.
@@ -160,7 +173,6 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
     )
 
     async def work(conn: AsyncConnection) -> bool:
-        attempted.clear()
         now = clock.utc_now()
         params = {"session_id": session_id, "now": now, "count": count}
         if one_statement:
@@ -171,7 +183,7 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
             written = await conn.execute(statement, {**params, "item_ids": item_ids, "item_jsons": texts})
             generation = written.scalars().first()
             if generation is not None:
-                attempted[:] = [generation]  # before the COMMIT, as below
+                identity.made(int(generation), True)
                 return True
         # Where SQLAlchemy's dialect says the database returns an UPDATE's rows.
         returning = conn.dialect.update_returning
@@ -215,31 +227,45 @@ async def add(ledger: Ledger, session_id: str, item_ids: list[str], texts: list[
                 for offset, (item_id, text) in enumerate(zip(item_ids, texts, strict=True))
             ],
         )
-        attempted[:] = [row.generation]  # set last: only an attempt that reached its COMMIT
+        identity.made(int(row.generation), True)
         return True
 
-    async def settle(conn: AsyncConnection) -> bool | None:
-        found = await conn.scalar(
-            select(_items.c.sequence).where(
-                _items.c.session_id == session_id, _items.c.item_id == item_ids[0]
-            )
+    async def find(conn: AsyncConnection) -> Found[bool] | None:
+        # The add's items from its first item's sequence on, found by the first item's id.
+        first = (
+            select(_items.c.sequence)
+            .where(_items.c.session_id == session_id, _items.c.item_id == item_ids[0])
+            .scalar_subquery()
         )
-        if found is not None:
-            return True
-        generation = await conn.scalar(select(_sessions.c.generation).where(_sessions.c.id == session_id))
-        if generation is None:  # cleared and its tombstone purged since: the mark has it
-            mark = await marks.seen(conn, marks.OPENAI, session_id)
-            generation = None if mark is None else mark.version
-        if attempted and generation is not None and generation > attempted[0]:
-            return True
-        return None
+        stored_items = (
+            select(_items.c.item_json)
+            .where(_items.c.session_id == session_id, _items.c.sequence >= first)
+            .order_by(_items.c.sequence)
+            .limit(count)
+        )
+        stored = tuple((await conn.scalars(stored_items)).all())
+        return Found(True, stored) if stored else None
+
+    identity = WriteIdentity(
+        item_ids[0],
+        tuple(texts),
+        find=find,
+        generation=counter_generation(
+            _sessions,
+            lambda: _sessions.c.id == session_id,
+            "generation",
+            marks.OPENAI,
+            lambda: session_id,
+            "version",
+        ),
+        names="item id",
+        of="an add of this session",
+    )
 
     with telemetry.operation(ledger, "openai", "add_items", session_id) as span:
         span.set("chatledger.items", count)
         # Its first statement writes (the bump): SQLite's BEGIN comes with it.
-        await _first_add_retried(
-            lambda: ledger.write(work, settle=settle, write_id=item_ids[0], first_writes=True)
-        )
+        await _first_add_retried(lambda: ledger.write(work, identity=identity, first_writes=True))
 
 
 async def _first_add_retried(call: Callable[[], Awaitable[bool]]) -> None:
@@ -288,15 +314,18 @@ async def read(ledger: Ledger, session_id: str, limit: int | None) -> list[Any]:
     if limit is not None:
         texts = texts[::-1]
     try:
-        return list(map(loads, texts))
+        found = list(map(loads, texts))
     except ValueError as error:
         await _name_invalid(ledger, session_id, limit, error)
+    if not all(type(item) is dict for item in found):  # JSON, but not an item (a NULL)
+        await _name_invalid(ledger, session_id, limit, ValueError("an item is not a JSON object"))
+    return found
 
 
 async def _name_invalid(ledger: Ledger, session_id: str, limit: int | None, error: ValueError) -> NoReturn:
-    """A read found an item that is not JSON: read the items again with their sequences
-    to name it (:func:`decode` raises); one fixed since (retracted, cleared) is named
-    by the error alone."""
+    """A read found an item that is not a JSON object: read the items again with their
+    sequences to name it (:func:`decode` raises); one fixed since (retracted, cleared)
+    is named by the error alone."""
     statement = select(_items.c.sequence, _items.c.item_json).where(_items.c.session_id == session_id, _live)
     if limit is None:
         statement = statement.order_by(_items.c.sequence)
@@ -327,6 +356,10 @@ async def pop(ledger: Ledger, session_id: str) -> Any:
     lost COMMIT: the settle looks for this attempt's retraction (the item's sequence and
     the instant it was retracted at, to the microsecond); an item erased by a clear since
     was popped before it.
+
+    Raises:
+        ValueError: the newest live item is not a JSON object (:func:`decode`); it is
+            left in place.
     """
     latest = ledger.backend.latest
     attempted: list[tuple[int, Any, Any]] = []  # sequence, retracted_at, item

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -34,6 +34,7 @@ from .. import clock, marks, telemetry, tombstones, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import VersionConflict
+from ..identity import Found, WriteIdentity
 from ..ids import new_uuid7
 from ..kinds import REIN
 from ..portal import Portal
@@ -99,19 +100,19 @@ def _decode(id: str, session_json: str) -> Session:
         raise ValueError(f"rein session {id!r} is stored as invalid session JSON: {error}") from None
 
 
-def _settle_save(write_id: str) -> Callable[[AsyncConnection], Coroutine[Any, Any, int | None]]:
-    """Looks a save up by its write id in the write log: the version it made (what the
-    save returns, plain or compare-and-set) if it was committed, else ``None``. Later
-    saves and deletes of the id leave its entry alone, for at least
-    :data:`WRITE_LOG_RETENTION`."""
+def _save_identity(write_id: str) -> WriteIdentity[int]:
+    """A save's identity (:mod:`chatledger.identity`), looked up by its write id in the
+    write log: the version it made (what the save returns, plain or compare-and-set).
+    Later saves and deletes of the id leave its entry alone, for at least
+    :data:`WRITE_LOG_RETENTION`, so a save is never overtaken (no generation); the
+    log keeps no content, and needs none: the write id is the call's own, minted
+    before its first attempt, and names no other save."""
 
-    async def settle(conn: AsyncConnection) -> int | None:
-        version: int | None = await conn.scalar(
-            select(_writes.c.version).where(_writes.c.write_id == write_id)
-        )
-        return version
+    async def find(conn: AsyncConnection) -> Found[int] | None:
+        version = await conn.scalar(select(_writes.c.version).where(_writes.c.write_id == write_id))
+        return None if version is None else Found(int(version), None)
 
-    return settle
+    return WriteIdentity(write_id, None, find=find, generation=None, names="rein write id", of="a save")
 
 
 async def _log_write(conn: AsyncConnection, id: str, write_id: str, version: int, now: datetime) -> int:
@@ -184,7 +185,7 @@ async def _save(ledger: Ledger, id: str, session_json: str, expected: int | None
         )
 
     with telemetry.operation(ledger, "rein", "save", id) as span:
-        version = await ledger.write(work, settle=_settle_save(write_id), write_id=write_id, session=id)
+        version = await ledger.write(work, identity=_save_identity(write_id), session=id)
         span.set("chatledger.version", version)
         return version
 

@@ -156,7 +156,9 @@ def context_json(value: Mapping[str, JsonValue] | None, field: str, *, nonempty_
         return "{}"  # what the checks below make of an empty mapping
     validate.json_depth(value, field)
     try:
-        checked = json_object(value, field_name=field, nonempty_keys=nonempty_keys)
+        # Named as zett's own store names them ("Message metadata ..."), which its
+        # callers may match.
+        checked = json_object(value, field_name=f"Message {field}", nonempty_keys=nonempty_keys)
     except ValueError as error:
         cause = f": {error.__cause__}" if error.__cause__ else ""
         raise ValueError(f"{error}{cause}") from None
@@ -239,7 +241,7 @@ def _corrupt(session_id: object, where: str, column: str, error: Exception) -> C
 def _context(payload: str, field: str, *, nonempty_keys: bool) -> dict[str, JsonValue]:
     value = json.loads(payload)
     if not isinstance(value, dict):
-        raise ValueError(f"{field} is not a JSON object")
+        raise ValueError(f"{field} must be a JSON object")  # zett's own words
     return json_object(value, field_name=field, nonempty_keys=nonempty_keys)
 
 

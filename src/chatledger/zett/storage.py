@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from types import SimpleNamespace, TracebackType
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import bindparam, case, delete, null, select, update
 from sqlalchemy.engine import URL
@@ -23,6 +24,7 @@ from .. import clock, integrity, marks, telemetry, tombstones, validate
 from ..dsn import display
 from ..engine import Ledger
 from ..errors import ConstraintViolation, SessionDeleted, SnapshotConflict, VersionConflict
+from ..identity import Found, Generation, WriteIdentity, counter_generation
 from ..kinds import ZETT
 from ..schema import raw_messages_table as _raw
 from ..schema import sessions_table as _sessions
@@ -62,6 +64,44 @@ _HEAD = (
     )
     .where(_sessions.c.id == bindparam("session_id"), _live)
 )
+#: What a raw message is, for its identity (:mod:`chatledger.identity`): the columns the
+#: caller's input decides, not when it was written (its timing defaults to the instant
+#: of the call, which a repeat of the call does not share).
+_MESSAGE_CONTENT = (
+    "session_id",
+    "request_id",
+    "role",
+    "message_json",
+    "metadata_json",
+    "tags_json",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+#: The content of a raw message's row, in :data:`_MESSAGE_CONTENT`'s order.
+_message_content = itemgetter(*_MESSAGE_CONTENT)
+#: A settle's lookup of a raw message by its id: its sequence and content.
+_FIND_MESSAGE = select(_raw.c.sequence, *(_raw.c[name] for name in _MESSAGE_CONTENT)).where(
+    _raw.c.id == bindparam("id")
+)
+
+
+def _generation(session_id: str) -> Generation:
+    """The generation of the zett session ``session_id`` (:mod:`chatledger.identity`): its
+    ``base_sequence``, which a delete moves to its last sequence (past every message it
+    erases), or the last sequence its purged tombstone's mark keeps."""
+    return counter_generation(
+        _sessions,
+        lambda: _sessions.c.id == session_id,
+        "base_sequence",
+        marks.ZETT,
+        lambda: session_id,
+        "last_sequence",
+    )
+
+
 #: A load's tail rows: sequences ``after+1..through``. Both bounds: the upper one (the
 #: counter, read in the same snapshot) lets the planner see the range is the tail's
 #: size; with only a lower bound, PostgreSQL estimates it from the whole table's
@@ -288,13 +328,21 @@ class LedgerSessionStorage:
         deleted one's last sequence: no sequence of an id is ever used twice.
 
         **Exactly once.** ``message_id`` is the raw message's row id (at most 36
-        characters; default a new UUIDv7), fixed before the first attempt. If the
-        connection is lost while the COMMIT is under way, the append looks that id
-        up once the database answers and returns the stored sequence instead of
-        appending twice. A call repeating an append with the same ``message_id``
-        (for example after :class:`chatledger.OutcomeUnknown`, whose ``write_id`` it
-        is) returns the stored sequence and writes nothing; the message itself is
-        not compared. This costs no round trip: the id is the row's primary key.
+        characters; default a new UUIDv7), fixed before the first attempt: the
+        message's identity (:mod:`chatledger.identity`) with its content (the
+        session, request id, message, metadata, tags and usage; not its timing) and
+        the generation it was made in. If the connection is lost while the COMMIT is
+        under way, the append looks that id up once the database answers and returns
+        the stored sequence instead of appending twice. A call repeating an append
+        with the same ``message_id`` and message (for example after
+        :class:`chatledger.OutcomeUnknown`, whose ``write_id`` it is) returns the
+        stored sequence and writes nothing; with another message, or for another
+        session, it raises :class:`chatledger.IdentityConflict`. An append committed
+        and then deleted with its session before its settle ran returns its
+        sequence, as appended (except the one statement that commits itself, whose
+        reply carries the sequence: overtaken so, it is refused as an append to a
+        deleted session is). This costs no round trip: the id is the row's primary
+        key.
 
         Raises:
             SessionDeleted: (a ``ValueError``) the session was deleted: an append
@@ -307,8 +355,11 @@ class LedgerSessionStorage:
                 row larger than the server's statement limit
                 (``ledger.statement_limit``, MySQL's ``max_allowed_packet``); or a
                 parent different from the session's (the parent is immutable); a
-                ``message_id`` that is blank, longer than 36 characters, or already
-                the id of another session's message. Nothing is written then.
+                ``message_id`` that is blank or longer than 36 characters. Nothing is
+                written then.
+            IdentityConflict: (a ``ValueError``) ``message_id`` is already the id of
+                another message: one of another session, or with other content.
+                Nothing is written.
             WrongType: an argument of the wrong type (a ``TypeError`` and a ``ValueError``).
             CorruptData: (a ``ValueError``) the session's raw log holds messages past
                 its counter row, numbered by a writer outside chatledger (zett-agent's
@@ -367,30 +418,34 @@ class LedgerSessionStorage:
                     f"append does not revive it: create_session(session_id={session_values['id']!r}) "
                     "starts it anew"
                 )
+            # The counter it moved on from, which a delete moves past.
+            identity.made(sequence - 1, sequence)
             return sequence
 
-        async def settle(conn: AsyncConnection) -> int | None:
-            stored = (
-                await conn.execute(select(_raw.c.session_id, _raw.c.sequence).where(_raw.c.id == row["id"]))
-            ).one_or_none()
+        async def find(conn: AsyncConnection) -> Found[int] | None:
+            stored = (await conn.execute(_FIND_MESSAGE, {"id": row["id"]})).one_or_none()
             if stored is None:
                 return None
-            if stored.session_id != session_values["id"]:
-                raise ValueError(
-                    f"message_id {row['id']!r} is the id of a message of another session; "
-                    "a message id names one message"
-                )
-            return int(stored.sequence)
+            return Found(int(stored.sequence), tuple(stored[1:]))
 
+        identity = WriteIdentity(
+            row["id"],
+            _message_content(row),
+            find=find,
+            generation=_generation(session_values["id"]),
+            names="message_id",
+            of="a message (another session's, or this one's)",
+        )
         single = ledger.single_append  # set by the schema check above
         try:
             if single is not None:
                 # One round trip on a session it only moves along; else (None) the
                 # transaction below, which creates, refuses or changes the session.
+                # Its None (nothing written) is never a settle's answer.
+                either = cast("WriteIdentity[int | None]", identity)
                 sequence = await ledger.write(
                     lambda conn: single(conn, session_values, row, now),
-                    settle=settle,
-                    write_id=row["id"],
+                    identity=either,
                     session=session_values["id"],
                     autocommit=True,
                 )
@@ -398,7 +453,7 @@ class LedgerSessionStorage:
                     return sequence
             # The append's first statement is an INSERT (first_writes).
             return await self.ledger.write(
-                work, settle=settle, write_id=row["id"], session=session_values["id"], first_writes=True
+                work, identity=identity, session=session_values["id"], first_writes=True
             )
         except ConstraintViolation as error:
             # Not this write's own, committed before (settle found none): a duplicate
@@ -501,15 +556,29 @@ class LedgerSessionStorage:
                 "updated_at": now,
             }
             await conn.execute(_snapshots.insert(), row)
-            return codec.snapshot(SimpleNamespace(**row))
+            made = codec.snapshot(SimpleNamespace(**row))
+            # Past the counter the boundary names: a delete moves the generation there.
+            identity.made(boundary - 1, made)
+            return made
 
-        async def settle(conn: AsyncConnection) -> ContextSnapshot | None:
+        async def find(conn: AsyncConnection) -> Found[ContextSnapshot] | None:
             stored = (
                 await conn.execute(select(_snapshots).where(_snapshots.c.id == snapshot_id))
             ).one_or_none()
-            return None if stored is None else codec.snapshot(stored)
+            if stored is None:
+                return None
+            content = (stored.session_id, stored.compacted_through_sequence, stored.message_json)
+            return Found(codec.snapshot(stored), content)
 
-        return await self.ledger.write(work, settle=settle, write_id=snapshot_id, session=session_id)
+        identity = WriteIdentity(
+            snapshot_id,
+            (session_id, boundary, message_json),
+            find=find,
+            generation=_generation(session_id),
+            names="checkpoint id",
+            of="a checkpoint",
+        )
+        return await self.ledger.write(work, identity=identity, session=session_id)
 
     @staticmethod
     async def _explain_refused_snapshot(
