@@ -27,6 +27,8 @@ from .support.adk_server import adk_server, agents_dir, session_uri
 from .support.schema_helpers import fresh_database, on_connection
 from .test_adk_import import adk_store
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 REPLY = "answered from the ledger"
 
 

@@ -38,10 +38,13 @@ FLAGS = [
 REPLY = "Your parcel left the depot on Tuesday."
 
 # CI installs chromium (.ci/run), so there a missing one fails the test; elsewhere it is skipped.
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("CI") and (not CHROMIUM.exists() or shutil.which("chromium") is None),
-    reason="Debian's chromium is not installed (apt-get install chromium chromium-driver)",
-)
+pytestmark = [
+    pytest.mark.one_transaction_at_a_time,
+    pytest.mark.skipif(
+        not os.environ.get("CI") and (not CHROMIUM.exists() or shutil.which("chromium") is None),
+        reason="Debian's chromium is not installed (apt-get install chromium chromium-driver)",
+    ),
+]
 
 
 @pytest.fixture

@@ -40,6 +40,8 @@ from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.zett_data import read_back, write_zett_sessions, zett_read_back, zett_url
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 OURS = sorted(metadata.tables)
 
 

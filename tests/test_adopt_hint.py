@@ -30,6 +30,8 @@ from .support.fresh import fresh_database
 from .support.schema_helpers import catalog, dsn_of, execute, on_connection, run_alembic
 from .support.zett_data import write_zett_sessions, zett_read_back
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 
 @pytest.fixture(autouse=True)
 def no_env_dsn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -47,6 +47,8 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.schema_helpers import catalog, dsn_of, execute, fresh_database, on_connection
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: The application's env.py: Alembic's async template, its own table, and the hooks as
 #: ``config.attributes["hooks"]`` says: "plain" (the three lines of the README),
 #: "composed" (app_hooks around a filter of its own, and a version table of its own

@@ -22,6 +22,8 @@ from zett_agent.model import ModelUsage
 from chatledger import CorruptData
 from chatledger.zett import LedgerSessionStorage, codec
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 GOOD = UserMessage(content="fine")
 GOOD_JSON = codec.encode_message(GOOD)[1]
 CHECKPOINT_JSON = codec.encode_message(CompactedMessage(content="summary"))[1]

@@ -17,6 +17,8 @@ from chatledger.tools.demo import FIRST_STEPS, SECOND_STEPS, record_demo, render
 
 from .conftest import Database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 
 async def test_demo_persists_compacts_and_restores(database: Database) -> None:
     demo = await record_demo(database.url)

@@ -25,6 +25,8 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.schema_helpers import MIGRATIONS, REPO_ROOT, dsn_of, fresh_database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 HEAD = migrate.head_revision()
 ALL = migrate.revisions().order
 

@@ -15,8 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import Database
 from .support.schema_helpers import dsn_of, fresh_database
+
+pytestmark = pytest.mark.one_transaction_at_a_time
 
 ROOT = Path(__file__).resolve().parent.parent
 

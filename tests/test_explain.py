@@ -36,12 +36,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from chatledger import integrity
 from chatledger.tools.bench import Seeder
 from chatledger.zett import LedgerSessionStorage
+
+pytestmark = pytest.mark.one_transaction_at_a_time
 
 #: Raw messages of the checkpointed session, its tail after the checkpoint, and the
 #: raw messages of a larger session beside it.

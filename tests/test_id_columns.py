@@ -34,6 +34,8 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.schema_helpers import fresh_database, on_connection
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: The three ids that must stay three: as given, with a trailing space, in upper case.
 VARIANTS = ("x", "x ", "X")
 

@@ -20,6 +20,8 @@ from chatledger.schema import langgraph_checkpoints_table
 from .conftest import Database
 from .test_explain import ANALYZE, EXPLAIN, SETTINGS, captured
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: Checkpoints of the long thread and of the short one beside it.
 LONG, SHORT = 10_000, 10
 #: The primary key's index as each backend's EXPLAIN names it.

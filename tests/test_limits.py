@@ -32,6 +32,8 @@ from chatledger.zett import LedgerSessionStorage, codec
 
 from .conftest import Database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 MIB = 2**20
 NOW = datetime(2025, 6, 7, 8, 9, 10, 123456, tzinfo=UTC)
 

@@ -34,6 +34,8 @@ from chatledger.zett import LedgerSessionStorage, codec
 from .conftest import Database
 from .support.schema_helpers import drift, fresh_database, on_connection
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 REVISION = "0002"
 NEW_COLUMNS = {"agent_sessions": {"deleted_at", "base_sequence"}, "rein_sessions": {"write_id"}}
 

@@ -36,6 +36,8 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.schema_helpers import catalog, drift, execute, fresh_database, on_connection
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 REVISION = "0003"
 TABLES = (sessions_table, raw_messages_table, snapshots_table, rein_sessions_table)
 NOW = datetime(2026, 12, 1, 12, 0, 0, 123456, tzinfo=UTC)

@@ -23,6 +23,8 @@ from chatledger.zett import LedgerSessionStorage
 from .support.backends import Servers
 from .support.throwaway import migrated_database, shared_server
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 
 @pytest.fixture
 async def owner(servers: Servers) -> AsyncIterator[URL]:

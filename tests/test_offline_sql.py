@@ -34,6 +34,8 @@ from .support.facts import facts_of
 from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, drift, dsn_of, fresh_database, on_connection
 from .support.throwaway import _which, require
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 PASSWORD = "pw-Sekr1t-do-not-print"
 
 #: The client a DBA runs the script with, per dialect (the first one found).

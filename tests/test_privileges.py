@@ -39,6 +39,8 @@ from .support.backends import Server, Servers, fresh_name
 from .support.facts import facts_of, logins_of
 from .support.throwaway import shared_server
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: Statements that change the schema or the grants; the runtime sends none of them.
 DDL = ("CREATE", "ALTER", "DROP", "TRUNCATE", "GRANT", "REVOKE", "RENAME")
 

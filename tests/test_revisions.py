@@ -27,6 +27,8 @@ from chatledger.migrate import alembic_config, imports_chatledger, revisions, up
 from .conftest import Database
 from .support.schema_helpers import BOOKKEEPING, MIGRATIONS, fresh_database, revision_file, script_directory
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 GOLDEN = Path(__file__).with_name("golden")
 REVISION_FILES = sorted((MIGRATIONS / "versions").glob("*.py"))
 

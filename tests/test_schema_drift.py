@@ -26,6 +26,8 @@ from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.schema_helpers import on_connection
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: A change to a SQLite table's ``CREATE TABLE`` statement.
 Edit = Callable[[str], str]
 

@@ -30,6 +30,8 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.schema_helpers import execute, fresh_database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 
 @pytest.fixture
 async def migrated_url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:

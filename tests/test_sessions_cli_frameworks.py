@@ -25,6 +25,8 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.fresh import fresh_database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: The id every framework has a session of.
 SHARED = "shared-id"
 

@@ -29,6 +29,8 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.fresh import fresh_database
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 #: chatledger's own tables: every kind's, the high-water marks and the version tables.
 TABLES = {
     "agent_sessions",

@@ -10,6 +10,8 @@ from zett_agent.messages import ToolMessage
 from chatledger import validate
 from chatledger.zett import LedgerSessionStorage
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 
 def test_text_refuses_nul_naming_the_field() -> None:
     with pytest.raises(ValueError, match="session cannot contain NUL"):

@@ -48,6 +48,8 @@ from .support.schema_helpers import execute
 from .support.throwaway import ThrowawayMariaDB, require
 from .test_transfer import dsn_of, export_of, fill, source, write_file
 
+pytestmark = pytest.mark.one_transaction_at_a_time
+
 __all__ = ["source"]  # a fixture, used by name
 
 #: The statement limit the tests give the target: a quarter MiB.
