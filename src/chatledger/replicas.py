@@ -31,6 +31,7 @@ read of a session not kept waits for.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -42,6 +43,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from . import dialects
+from .deadlines import abandoned_on_cancel, attempt_limit
 from .dsn import display
 
 if TYPE_CHECKING:
@@ -157,39 +159,54 @@ class ReplicaReads:
 
     async def _attempt(self, replica: Replica, work: Work[T], position: str | None) -> tuple[T] | None:
         """One read on ``replica``: ``(result,)``, or ``None`` when it is behind
-        ``position`` after the bound or failed curably (logged at DEBUG)."""
-        replication = replica.backend.replication
-        assert replication is not None
-        bound = self.connections.options.replica_wait
+        ``position`` after the bound, failed curably, or stopped answering: abandoned
+        after an attempt's time (:func:`chatledger.deadlines.attempt_limit`) and the
+        wait (logged at DEBUG)."""
+        options = self.connections.options
+        bound = options.replica_wait
+        deadline = asyncio.timeout(attempt_limit(options, 0.0) + bound)
         try:
-            characteristics_await = replica.backend.characteristics_await
-            # psycopg: set on the connection inside the block (Backend.characteristics_await).
-            async with (replica.engine if characteristics_await else replica.reader).connect() as conn:
-                if characteristics_await:
-                    await dialects.set_characteristics(conn, replica.backend.snapshot_read)
-                if position is not None:
-                    began = time.monotonic()
-                    applied = await replication.wait(conn, position, bound)
-                    self.waits += 1
-                    self.waited += time.monotonic() - began
-                    await conn.rollback()  # the read's snapshot starts after the wait
-                    if not applied:
-                        logger.debug(
-                            "%s is behind %s after %g s: read on the primary",
-                            display(replica.url),
-                            position,
-                            bound,
-                        )
-                        return None
-                async with conn.begin():
-                    return (await work(conn),)
+            async with deadline:
+                return await self._read(replica, work, position)
+        except TimeoutError as error:
+            if not deadline.expired():
+                raise
+            failed: BaseException = error
         except DBAPIError as error:
             if dialects.classify(replica.backend, error) not in _TO_PRIMARY:
                 raise dialects.database_error(replica.backend, error, replica.url) from error
-            failed: BaseException = error
+            failed = error
         except (PoolTimeout, OSError) as error:
             failed = error
         except SQLAlchemyError as error:
             raise dialects.database_error(replica.backend, error, replica.url) from error
         logger.debug("replica %s failed (%s): read on the primary", display(replica.url), failed)
         return None
+
+    async def _read(self, replica: Replica, work: Work[T], position: str | None) -> tuple[T] | None:
+        """:meth:`_attempt`'s read, its connection invalidated if it is cancelled."""
+        replication = replica.backend.replication
+        assert replication is not None
+        bound = self.connections.options.replica_wait
+        characteristics_await = replica.backend.characteristics_await
+        # psycopg: set on the connection inside the block (Backend.characteristics_await).
+        engine = replica.engine if characteristics_await else replica.reader
+        async with engine.connect() as conn, abandoned_on_cancel(conn):
+            if characteristics_await:
+                await dialects.set_characteristics(conn, replica.backend.snapshot_read)
+            if position is not None:
+                began = time.monotonic()
+                applied = await replication.wait(conn, position, bound)
+                self.waits += 1
+                self.waited += time.monotonic() - began
+                await conn.rollback()  # the read's snapshot starts after the wait
+                if not applied:
+                    logger.debug(
+                        "%s is behind %s after %g s: read on the primary",
+                        display(replica.url),
+                        position,
+                        bound,
+                    )
+                    return None
+            async with conn.begin(), abandoned_on_cancel(conn):  # before the block's ROLLBACK
+                return (await work(conn),)

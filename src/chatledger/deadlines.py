@@ -1,0 +1,64 @@
+"""Deadlines of one attempt: how long a call's attempt may wait on a server that stopped
+answering, and how an attempt is abandoned.
+
+A server that stops answering (a black-holed network, a host frozen, a cluster stuck
+in a view change) sends no error and no reset: a statement would wait on its socket
+for as long as the kernel keeps the connection open. So each attempt on a server
+database runs within a deadline of its own (:func:`attempt_limit`, applied by
+:class:`chatledger.transactions.Transactions` and by replica reads), and an attempt
+past it is abandoned: its connection's socket is ended at once, without a round trip
+(:attr:`chatledger.dialects.Backend.abort`), so the statement waiting on it fails as on
+a lost connection and SQLAlchemy invalidates the connection; an attempt with no socket
+to end yet (connecting, waiting for a pooled connection), or still running
+:data:`ABORT_GRACE` seconds later, is cancelled, its connection invalidated
+(:func:`abandoned_on_cancel`). The call is then tried again within its retry budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .options import LedgerOptions
+
+#: Seconds beyond ``lock_timeout`` an attempt always has, however little of the budget
+#: is left: its lock waits end in the server's error, before its deadline.
+ATTEMPT_FLOOR = 1.0
+#: Seconds an abandoned attempt whose socket was ended may take to fail on it, before
+#: it is cancelled.
+ABORT_GRACE = 1.0
+#: The share of ``retry_timeout`` one attempt may take: at least this many attempts
+#: fit in the budget when each stalls.
+ATTEMPTS_IN_BUDGET = 3
+
+
+def attempt_limit(options: LedgerOptions, elapsed: float) -> float:
+    """Seconds an attempt starting ``elapsed`` seconds into its call may take (see the
+    module): ``retry_timeout`` / :data:`ATTEMPTS_IN_BUDGET`, cut to what is left of the
+    budget, and never less than ``lock_timeout`` + :data:`ATTEMPT_FLOOR`."""
+    floor = options.lock_timeout + ATTEMPT_FLOOR
+    share = options.retry_timeout / ATTEMPTS_IN_BUDGET
+    return max(floor, min(share, options.retry_timeout - elapsed))
+
+
+class AttemptStalled(Exception):
+    """An attempt that got no answer within its deadline (:func:`attempt_limit`) and
+    was abandoned, its connection closed: the failure a retry reports."""
+
+
+@contextlib.asynccontextmanager
+async def abandoned_on_cancel(conn: AsyncConnection) -> AsyncIterator[None]:
+    """Invalidate ``conn`` when the block is cancelled (its deadline, the caller's
+    ``asyncio.timeout`` or task cancel, an anyio cancel scope), before anything else
+    runs on it: a cancelled statement may leave its reply unread, and a server that
+    stopped answering would keep a ROLLBACK or the pool's reset waiting for ever. The
+    invalidated connection is closed without a round trip and never pooled again."""
+    try:
+        yield
+    except asyncio.CancelledError as error:
+        if not conn.invalidated:
+            await conn.invalidate(error)
+        raise
