@@ -432,7 +432,7 @@ class Transactions:
                 else f"connecting to {display(self.url)} or waiting for a free pooled connection"
             )
             stalled = AttemptStalled(
-                f"the attempt was abandoned after {limit:g} s {reached}, and its connection closed"
+                f"the attempt was abandoned after {limit:.3g} s {reached}, and its connection closed"
             )
             stalled.__cause__ = error  # where it waited, for the traceback
             ambiguous = write and progress.committing and not probe
