@@ -4,7 +4,8 @@ answering, and how an attempt is abandoned.
 A server that stops answering (a black-holed network, a host frozen, a cluster stuck
 in a view change) sends no error and no reset: a statement would wait on its socket
 for as long as the kernel keeps the connection open. So each attempt on a server
-database runs within a deadline of its own (:func:`attempt_limit`, applied by
+database runs within a deadline of its own (:class:`Deadline`, of
+:func:`attempt_limit` seconds, applied by
 :class:`chatledger.transactions.Transactions` and by replica reads), and an attempt
 past it is abandoned: its connection's socket is ended at once, without a round trip
 (:attr:`chatledger.dialects.Backend.abort`), so the statement waiting on it fails as on
@@ -18,11 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .options import LedgerOptions
+
+logger = logging.getLogger("chatledger")
 
 #: Seconds beyond ``lock_timeout`` an attempt always has, however little of the budget
 #: is left: its lock waits end in the server's error, before its deadline.
@@ -62,3 +68,58 @@ async def abandoned_on_cancel(conn: AsyncConnection) -> AsyncIterator[None]:
         if not conn.invalidated:
             await conn.invalidate(error)
         raise
+
+
+class Deadline:
+    """The deadline of one attempt (see the module): ``async with`` it around the
+    attempt, and tell it the attempt's connection once checked out (:attr:`conn`).
+
+    Args:
+        limit: Seconds the attempt may take (``None``: no deadline).
+        abort: The backend's :attr:`chatledger.dialects.Backend.abort`.
+    """
+
+    def __init__(self, limit: float | None, abort: Callable[[Any], None] | None) -> None:
+        self.limit = limit
+        self._abort = abort
+        #: The attempt's connection, once it has one.
+        self.conn: AsyncConnection | None = None
+        #: The deadline passed: whatever the attempt raises now, it was abandoned.
+        self.passed = False
+        self._timeout = asyncio.timeout(None)
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> Deadline:
+        await self._timeout.__aenter__()
+        if self.limit is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.limit, self._expire)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._timeout.__aexit__(kind, error, traceback)
+
+    def _expire(self) -> None:
+        """End the connection's socket, so that the statement waiting on it fails as on a
+        lost connection and SQLAlchemy invalidates the connection; cancel the attempt
+        when there is no socket to end (connecting, waiting for the pool) or the driver
+        cannot, and as a backstop :data:`ABORT_GRACE` seconds later."""
+        self.passed = True
+        now = asyncio.get_running_loop().time()
+        conn = self.conn
+        if self._abort is None or conn is None or conn.invalidated or conn.closed:
+            self._timeout.reschedule(now)
+            return
+        try:
+            self._abort(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
+        except Exception:  # already closed, or no socket: cancel instead
+            logger.debug("ending the socket of an abandoned attempt failed", exc_info=True)
+            self._timeout.reschedule(now)
+            return
+        self._timeout.reschedule(now + ABORT_GRACE)

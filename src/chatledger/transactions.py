@@ -86,7 +86,7 @@ from tenacity import (
 )
 
 from . import dialects, interactive, migrate, telemetry
-from .deadlines import ABORT_GRACE, AttemptStalled, abandoned_on_cancel, attempt_limit
+from .deadlines import AttemptStalled, Deadline, abandoned_on_cancel, attempt_limit
 from .dsn import as_argument, display
 from .errors import (
     ConfigurationError,
@@ -405,14 +405,13 @@ class Transactions:
         :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         # What the attempt reached: a connection, the COMMIT sent, the COMMIT answered.
         progress = _Progress()
-        deadline = asyncio.timeout(None)
-        loop = asyncio.get_running_loop()
-        timer = None if limit is None else loop.call_later(limit, self._abandon, progress, deadline)
+        deadline = Deadline(limit, self.backend.abort)
         try:
             async with deadline:
                 return await self._transaction(
                     work,
                     progress,
+                    deadline,
                     write=write,
                     options=options,
                     after=after,
@@ -422,13 +421,13 @@ class Transactions:
                     probe=probe,
                 )
         except Exception as error:
-            if not progress.abandoned:
+            if not deadline.passed:
                 raise  # the attempt's own failure
             if progress.committed:  # only what follows the COMMIT stalled: the call is done
                 return progress.result  # type: ignore[return-value]
             reached = (
                 f"waiting for the database's answer on {display(self.url)}"
-                if progress.connected
+                if deadline.conn is not None
                 else f"connecting to {display(self.url)} or waiting for a free pooled connection"
             )
             stalled = AttemptStalled(
@@ -437,34 +436,12 @@ class Transactions:
             stalled.__cause__ = error  # where it waited, for the traceback
             ambiguous = write and progress.committing and not probe
             raise _Retry(stalled, None, ambiguous=ambiguous) from error
-        finally:
-            if timer is not None:
-                timer.cancel()
-
-    def _abandon(self, progress: _Progress, deadline: asyncio.Timeout) -> None:
-        """The attempt's deadline: end its connection's socket (:attr:`Backend.abort`),
-        so that the statement waiting on it fails as on a lost connection and SQLAlchemy
-        invalidates the connection; cancel the attempt when there is no socket to end
-        (connecting, waiting for the pool) or the driver cannot, and as a backstop
-        :data:`ABORT_GRACE` seconds later."""
-        progress.abandoned = True
-        loop = asyncio.get_running_loop()
-        abort, conn = self.backend.abort, progress.conn
-        if abort is None or conn is None or conn.invalidated or conn.closed:
-            deadline.reschedule(loop.time())
-            return
-        try:
-            abort(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
-        except Exception:  # already closed, or no socket: cancel instead
-            logger.debug("ending the socket of an abandoned attempt failed", exc_info=True)
-            deadline.reschedule(loop.time())
-            return
-        deadline.reschedule(loop.time() + ABORT_GRACE)
 
     async def _transaction(
         self,
         work: Work[T],
         progress: _Progress,
+        deadline: Deadline,
         *,
         write: bool,
         options: dict[str, Any] | None,
@@ -474,7 +451,8 @@ class Transactions:
         autocommit: bool,
         probe: bool,
     ) -> T:
-        """The attempt of :meth:`_attempt` within its deadline, telling ``progress``."""
+        """The attempt of :meth:`_attempt` within its ``deadline``, telling ``progress``
+        how far it got and ``deadline`` its connection."""
         committing = committed = False
         try:
             if write:
@@ -492,7 +470,7 @@ class Transactions:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
                 async with single.connect() as conn, abandoned_on_cancel(conn):
-                    progress.connect(conn)
+                    deadline.conn = conn
                     if self.backend.single_append_autocommit:
                         # Set here, not as the engine's option (applied while connecting): a
                         # cancellation while the driver sets it (psycopg awaits) still gives
@@ -516,7 +494,7 @@ class Transactions:
                         await after(conn)
                 return result
             async with engine.connect() as conn, abandoned_on_cancel(conn):
-                progress.connect(conn)
+                deadline.conn = conn
                 if characteristics:
                     await dialects.set_characteristics(conn, characteristics)
                 async with conn.begin():
@@ -615,23 +593,12 @@ class Transactions:
 class _Progress:
     """How far one attempt got, for the deadline that abandons it (:meth:`Transactions._attempt`)."""
 
-    __slots__ = ("abandoned", "committed", "committing", "conn", "result")
+    __slots__ = ("committed", "committing", "result")
 
     def __init__(self) -> None:
-        self.conn: AsyncConnection | None = None
         self.committing = False
         self.committed = False
         self.result: object = None
-        #: Its deadline passed: whatever it raises now, it is abandoned.
-        self.abandoned = False
-
-    @property
-    def connected(self) -> bool:
-        return self.conn is not None
-
-    def connect(self, conn: AsyncConnection) -> None:
-        """The attempt has its connection (checked out of the pool)."""
-        self.conn = conn
 
     def done(self, result: object) -> None:
         """The COMMIT was answered: ``result`` is the call's."""
