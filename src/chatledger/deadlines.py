@@ -56,18 +56,36 @@ class AttemptStalled(Exception):
 
 
 @contextlib.asynccontextmanager
-async def abandoned_on_cancel(conn: AsyncConnection) -> AsyncIterator[None]:
+async def abandoned_on_cancel(
+    conn: AsyncConnection, abort: Callable[[Any], None] | None = None
+) -> AsyncIterator[None]:
     """Invalidate ``conn`` when the block is cancelled (its deadline, the caller's
     ``asyncio.timeout`` or task cancel, an anyio cancel scope), before anything else
     runs on it: a cancelled statement may leave its reply unread, and a server that
-    stopped answering would keep a ROLLBACK or the pool's reset waiting for ever. The
-    invalidated connection is closed without a round trip and never pooled again."""
+    stopped answering would keep a ROLLBACK or the pool's reset waiting for ever. With
+    the backend's ``abort`` (:attr:`chatledger.dialects.Backend.abort`) its socket is
+    ended first, without awaiting: the invalidation then finds it closed and waits for
+    no goodbye, even under an anyio cancel scope that cancels every later await. The
+    invalidated connection is never pooled again."""
     try:
         yield
     except asyncio.CancelledError as error:
         if not conn.invalidated:
+            _end_socket(conn, abort)
             await conn.invalidate(error)
         raise
+
+
+def _end_socket(conn: AsyncConnection, abort: Callable[[Any], None] | None) -> bool:
+    """End ``conn``'s socket by ``abort``; whether it was ended."""
+    if abort is None or conn.invalidated or conn.closed:
+        return False
+    try:
+        abort(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
+    except Exception:  # already closed, or no socket
+        logger.debug("ending the socket of an abandoned attempt failed", exc_info=True)
+        return False
+    return True
 
 
 class Deadline:
@@ -113,13 +131,7 @@ class Deadline:
         self.passed = True
         now = asyncio.get_running_loop().time()
         conn = self.conn
-        if self._abort is None or conn is None or conn.invalidated or conn.closed:
+        if conn is not None and _end_socket(conn, self._abort):
+            self._timeout.reschedule(now + ABORT_GRACE)
+        else:
             self._timeout.reschedule(now)
-            return
-        try:
-            self._abort(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
-        except Exception:  # already closed, or no socket: cancel instead
-            logger.debug("ending the socket of an abandoned attempt failed", exc_info=True)
-            self._timeout.reschedule(now)
-            return
-        self._timeout.reschedule(now + ABORT_GRACE)

@@ -195,7 +195,7 @@ class ReplicaReads:
         characteristics_await = replica.backend.characteristics_await
         # psycopg: set on the connection inside the block (Backend.characteristics_await).
         engine = replica.engine if characteristics_await else replica.reader
-        async with engine.connect() as conn, abandoned_on_cancel(conn):
+        async with engine.connect() as conn, abandoned_on_cancel(conn, replica.backend.abort):
             deadline.conn = conn
             if characteristics_await:
                 await dialects.set_characteristics(conn, replica.backend.snapshot_read)
@@ -213,5 +213,5 @@ class ReplicaReads:
                         bound,
                     )
                     return None
-            async with conn.begin(), abandoned_on_cancel(conn):  # before the block's ROLLBACK
+            async with conn.begin(), abandoned_on_cancel(conn, replica.backend.abort):  # before the ROLLBACK
                 return (await work(conn),)

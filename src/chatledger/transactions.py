@@ -21,19 +21,19 @@ its result is returned.
 a host frozen, a cluster stuck in a view change) sends no error and no reset: a
 statement would wait on its socket for as long as the kernel keeps it open. So each
 attempt on a server database runs within a deadline of its own
-(:func:`chatledger.deadlines.attempt_limit`): a share of ``retry_timeout`` (a third, so that a stalled
-attempt leaves room for more), never less than ``lock_timeout`` plus
-:data:`~chatledger.deadlines.ATTEMPT_FLOOR` (a lock wait ends in the server's own error, which is retried,
-before the deadline), and no more than what is left of the budget once that floor is
-given. An attempt past its deadline is abandoned: cancelled, its connection
-invalidated (closed, never returned to the pool; so is the connection of an attempt
-the caller cancels), and the call tried again like one
-whose connection was lost -- a write whose COMMIT was under way is ambiguous and
-settled, never sent blindly again. So a call on a server that stopped answering
-ends within about ``retry_timeout + lock_timeout`` seconds, and one attempt stalled
-through a passing outage (a cluster's view change) leaves the rest of the budget to
-the attempts after it. An attempt that needs longer than its share of the budget
-(a very large transaction on a slow server) needs a longer ``retry_timeout``.
+(:mod:`chatledger.deadlines`): a third of ``retry_timeout``, so that a stalled
+attempt leaves room for more; never less than ``lock_timeout`` plus one second, so
+that a lock wait ends in the server's own error first; and no more than what is left
+of the budget once that floor is given. An attempt past its deadline is abandoned:
+its socket ended without a round trip (or, with none yet, the attempt cancelled),
+its connection invalidated and never returned to the pool (as is the connection of
+an attempt the caller cancels), and the call tried again as one whose connection was
+lost -- a write whose COMMIT was under way is ambiguous and settled, never sent
+blindly again. So a call on a server that stopped answering ends within about
+``retry_timeout + lock_timeout`` seconds, and one attempt stalled through a passing
+outage (a cluster's view change) leaves the rest of the budget to the attempts after
+it. An attempt that needs longer than its share of the budget (a very large
+transaction on a slow server) needs a longer ``retry_timeout``.
 
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
@@ -469,7 +469,7 @@ class Transactions:
             if autocommit:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
-                async with single.connect() as conn, abandoned_on_cancel(conn):
+                async with single.connect() as conn, abandoned_on_cancel(conn, self.backend.abort):
                     deadline.conn = conn
                     if self.backend.single_append_autocommit:
                         # Set here, not as the engine's option (applied while connecting): a
@@ -493,12 +493,12 @@ class Transactions:
                     if after is not None and result is not None:
                         await after(conn)
                 return result
-            async with engine.connect() as conn, abandoned_on_cancel(conn):
+            async with engine.connect() as conn, abandoned_on_cancel(conn, self.backend.abort):
                 deadline.conn = conn
                 if characteristics:
                     await dialects.set_characteristics(conn, characteristics)
                 async with conn.begin():
-                    async with abandoned_on_cancel(conn):  # before the block's ROLLBACK
+                    async with abandoned_on_cancel(conn, self.backend.abort):  # before the ROLLBACK
                         if self.foreign:  # after the engine's own begin listeners
                             await self.backend.foreign_begin(conn)
                         result = await work(conn)
