@@ -23,7 +23,10 @@ class LedgerOptions(BaseModel):
     committed (a deadlock, a serialization failure, a lock wait past ``lock_timeout``,
     a busy SQLite file, a lost or refused connection), for at most ``retry_timeout``
     seconds from its start; a lock wait counts against that budget, so a call ends
-    within about ``retry_timeout + lock_timeout`` seconds.
+    within about ``retry_timeout + lock_timeout`` seconds. On a server database each
+    attempt has a deadline inside the budget (a third of ``retry_timeout``, never less
+    than ``lock_timeout`` + 1 s; :mod:`chatledger.deadlines`): an attempt the server
+    stopped answering is abandoned, its connection closed, and the call retried.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

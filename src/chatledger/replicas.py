@@ -14,9 +14,11 @@ write this process has just made. Hence:
   that position, waiting at most ``replica_wait`` seconds (PostgreSQL: polling
   ``pg_last_wal_replay_lsn()``; MariaDB: ``MASTER_GTID_WAIT``), in a transaction of
   its own; the read's snapshot is taken after it, so it holds the write. A replica
-  still behind after the bound, or one that fails for a reason a retry could cure
-  (unreachable, a deadlock, no connection free, a table it lacks yet), leaves the read
-  to the primary, with the primary's retry budget. Every other failure is its
+  still behind after the bound, one that fails for a reason a retry could cure
+  (unreachable, a deadlock, no connection free, a table it lacks yet), or one that
+  stops answering (abandoned after an attempt's deadline plus ``replica_wait``,
+  :mod:`chatledger.deadlines`), leaves the read to the primary, with the primary's
+  retry budget. Every other failure is its
   chatledger error, classified as on the primary.
 - A ``list`` (no session) waits for the latest position this process wrote.
 - Another process's write: tell this process its position (the writer's
@@ -42,6 +44,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from . import dialects
+from .deadlines import Deadline, abandoned_on_cancel, attempt_limit
 from .dsn import display
 
 if TYPE_CHECKING:
@@ -157,39 +160,58 @@ class ReplicaReads:
 
     async def _attempt(self, replica: Replica, work: Work[T], position: str | None) -> tuple[T] | None:
         """One read on ``replica``: ``(result,)``, or ``None`` when it is behind
-        ``position`` after the bound or failed curably (logged at DEBUG)."""
+        ``position`` after the bound, failed curably, or stopped answering: abandoned
+        after an attempt's time (:func:`chatledger.deadlines.attempt_limit`) and the
+        wait (logged at DEBUG)."""
+        options = self.connections.options
+        deadline = Deadline(attempt_limit(options, 0.0) + options.replica_wait, replica.backend.abort)
+        try:
+            async with deadline:
+                return await self._read(replica, work, position, deadline)
+        except Exception as error:
+            failed = error
+            if deadline.passed:
+                pass  # it stopped answering
+            elif isinstance(error, DBAPIError):
+                if dialects.classify(replica.backend, error) not in _TO_PRIMARY:
+                    raise dialects.database_error(replica.backend, error, replica.url) from error
+            elif isinstance(error, PoolTimeout | OSError):
+                pass
+            elif isinstance(error, SQLAlchemyError):
+                raise dialects.database_error(replica.backend, error, replica.url) from error
+            else:
+                raise
+        logger.debug("replica %s failed (%s): read on the primary", display(replica.url), failed)
+        return None
+
+    async def _read(
+        self, replica: Replica, work: Work[T], position: str | None, deadline: Deadline
+    ) -> tuple[T] | None:
+        """:meth:`_attempt`'s read within ``deadline``, its connection invalidated if it
+        is cancelled."""
         replication = replica.backend.replication
         assert replication is not None
         bound = self.connections.options.replica_wait
-        try:
-            characteristics_await = replica.backend.characteristics_await
-            # psycopg: set on the connection inside the block (Backend.characteristics_await).
-            async with (replica.engine if characteristics_await else replica.reader).connect() as conn:
-                if characteristics_await:
-                    await dialects.set_characteristics(conn, replica.backend.snapshot_read)
-                if position is not None:
-                    began = time.monotonic()
-                    applied = await replication.wait(conn, position, bound)
-                    self.waits += 1
-                    self.waited += time.monotonic() - began
-                    await conn.rollback()  # the read's snapshot starts after the wait
-                    if not applied:
-                        logger.debug(
-                            "%s is behind %s after %g s: read on the primary",
-                            display(replica.url),
-                            position,
-                            bound,
-                        )
-                        return None
-                async with conn.begin():
-                    return (await work(conn),)
-        except DBAPIError as error:
-            if dialects.classify(replica.backend, error) not in _TO_PRIMARY:
-                raise dialects.database_error(replica.backend, error, replica.url) from error
-            failed: BaseException = error
-        except (PoolTimeout, OSError) as error:
-            failed = error
-        except SQLAlchemyError as error:
-            raise dialects.database_error(replica.backend, error, replica.url) from error
-        logger.debug("replica %s failed (%s): read on the primary", display(replica.url), failed)
-        return None
+        characteristics_await = replica.backend.characteristics_await
+        # psycopg: set on the connection inside the block (Backend.characteristics_await).
+        engine = replica.engine if characteristics_await else replica.reader
+        async with engine.connect() as conn, abandoned_on_cancel(conn, replica.backend.abort):
+            deadline.conn = conn
+            if characteristics_await:
+                await dialects.set_characteristics(conn, replica.backend.snapshot_read)
+            if position is not None:
+                began = time.monotonic()
+                applied = await replication.wait(conn, position, bound)
+                self.waits += 1
+                self.waited += time.monotonic() - began
+                await conn.rollback()  # the read's snapshot starts after the wait
+                if not applied:
+                    logger.debug(
+                        "%s is behind %s after %g s: read on the primary",
+                        display(replica.url),
+                        position,
+                        bound,
+                    )
+                    return None
+            async with conn.begin(), abandoned_on_cancel(conn, replica.backend.abort):  # before the ROLLBACK
+                return (await work(conn),)

@@ -17,6 +17,24 @@ hand so that a call that succeeds at once pays nothing for it). When it runs out
 COMMIT succeeded (returning the connection to the pool) is no failure of the call:
 its result is returned.
 
+**A bound on each attempt.** A server that stops answering (a black-holed network,
+a host frozen, a cluster stuck in a view change) sends no error and no reset: a
+statement would wait on its socket for as long as the kernel keeps it open. So each
+attempt on a server database runs within a deadline of its own
+(:mod:`chatledger.deadlines`): a third of ``retry_timeout``, so that a stalled
+attempt leaves room for more; never less than ``lock_timeout`` plus one second, so
+that a lock wait ends in the server's own error first; and no more than what is left
+of the budget once that floor is given. An attempt past its deadline is abandoned:
+its socket ended without a round trip (or, with none yet, the attempt cancelled),
+its connection invalidated and never returned to the pool (as is the connection of
+an attempt the caller cancels), and the call tried again as one whose connection was
+lost -- a write whose COMMIT was under way is ambiguous and settled, never sent
+blindly again. So a call on a server that stopped answering ends within about
+``retry_timeout + lock_timeout`` seconds, and one attempt stalled through a passing
+outage (a cluster's view change) leaves the rest of the budget to the attempts after
+it. An attempt that needs longer than its share of the budget (a very large
+transaction on a slow server) needs a longer ``retry_timeout``.
+
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
 reply. Repeating the work blindly could write it twice; reporting a failure could
@@ -68,6 +86,7 @@ from tenacity import (
 )
 
 from . import dialects, interactive, migrate, telemetry
+from .deadlines import AttemptStalled, Deadline, abandoned_on_cancel, attempt_limit
 from .dsn import as_argument, display
 from .errors import (
     ConfigurationError,
@@ -230,7 +249,7 @@ class Transactions:
         while True:
             try:
                 if ambiguous is not None and settle is not None:
-                    found = await self._settle(settle, after)
+                    found = await self._settle(settle, after, self._limit(started))
                     if found is not None:
                         return found
                 if identity is not None:
@@ -238,6 +257,7 @@ class Transactions:
                 try:
                     return await self._attempt(
                         work,
+                        limit=self._limit(started),
                         write=write,
                         options=options,
                         after=after,
@@ -271,7 +291,7 @@ class Transactions:
                     # earlier call, or by this one's ambiguous COMMIT that the server
                     # finished late) fails on the write's own key. Settle decides.
                     if settle is not None:
-                        found = await self._settle(settle, after)
+                        found = await self._settle(settle, after, self._limit(started))
                         if found is not None:
                             return found
                     raise
@@ -312,8 +332,15 @@ class Transactions:
         if ready and not self.readiness.ready:
             await self.readiness.ensure_ready(self)
 
-    async def _settle(self, settle: Settle[T], after: After | None = None) -> T | None:
-        found = await self._attempt(settle, write=False, after=after)
+    def _limit(self, started: float) -> float | None:
+        """The deadline of an attempt starting now in a call started at ``started``
+        (:func:`attempt_limit`); ``None`` for SQLite, whose file answers or is busy."""
+        if not self.backend.server:
+            return None
+        return attempt_limit(self.options, time.monotonic() - started)
+
+    async def _settle(self, settle: Settle[T], after: After | None, limit: float | None) -> T | None:
+        found = await self._attempt(settle, limit=limit, write=False, after=after)
         telemetry.settle(self.connections, found is not None)  # a settle and its answer
         return found
 
@@ -360,6 +387,7 @@ class Transactions:
         self,
         work: Work[T],
         *,
+        limit: float | None,
         write: bool,
         options: dict[str, Any] | None = None,
         after: After | None = None,
@@ -370,10 +398,61 @@ class Transactions:
     ) -> T:
         """One transaction, a write (:attr:`Backend.write`) or a snapshot-consistent
         read (:attr:`Backend.snapshot_read`), or one with ``options`` instead (``probe``:
-        a write's transaction whose work writes nothing, never ambiguous). A
-        failure a retry can cure raises :class:`_Retry`; every other SQLAlchemy error
-        its chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest
-        by :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
+        a write's transaction whose work writes nothing, never ambiguous), abandoned
+        after ``limit`` seconds (``None``: never). A failure a retry can cure, and an
+        attempt abandoned, raise :class:`_Retry`; every other SQLAlchemy error its
+        chatledger error (``StatementTooLarge``, ``SchemaNotReady`` here; the rest by
+        :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
+        # What the attempt reached: a connection, the COMMIT sent, the COMMIT answered.
+        progress = _Progress()
+        deadline = Deadline(limit, self.backend.abort)
+        try:
+            async with deadline:
+                return await self._transaction(
+                    work,
+                    progress,
+                    deadline,
+                    write=write,
+                    options=options,
+                    after=after,
+                    first_writes=first_writes,
+                    single_statement=single_statement,
+                    autocommit=autocommit,
+                    probe=probe,
+                )
+        except Exception as error:
+            if not deadline.passed:
+                raise  # the attempt's own failure
+            if progress.committed:  # only what follows the COMMIT stalled: the call is done
+                return progress.result  # type: ignore[return-value]
+            reached = (
+                f"waiting for the database's answer on {display(self.url)}"
+                if deadline.conn is not None
+                else f"connecting to {display(self.url)} or waiting for a free pooled connection"
+            )
+            stalled = AttemptStalled(
+                f"the attempt was abandoned after {limit:.3g} s {reached}, and its connection closed"
+            )
+            stalled.__cause__ = error  # where it waited, for the traceback
+            ambiguous = write and progress.committing and not probe
+            raise _Retry(stalled, None, ambiguous=ambiguous) from error
+
+    async def _transaction(
+        self,
+        work: Work[T],
+        progress: _Progress,
+        deadline: Deadline,
+        *,
+        write: bool,
+        options: dict[str, Any] | None,
+        after: After | None,
+        first_writes: bool,
+        single_statement: bool,
+        autocommit: bool,
+        probe: bool,
+    ) -> T:
+        """The attempt of :meth:`_attempt` within its ``deadline``, telling ``progress``
+        how far it got and ``deadline`` its connection."""
         committing = committed = False
         try:
             if write:
@@ -390,7 +469,8 @@ class Transactions:
             if autocommit:
                 single = self.connections.single_writer
                 assert single is not None, "autocommit needs Connections.single_writer"
-                async with single.connect() as conn:
+                async with single.connect() as conn, abandoned_on_cancel(conn, self.backend.abort):
+                    deadline.conn = conn
                     if self.backend.single_append_autocommit:
                         # Set here, not as the engine's option (applied while connecting): a
                         # cancellation while the driver sets it (psycopg awaits) still gives
@@ -399,9 +479,12 @@ class Transactions:
                     # The statement commits itself: once sent, its outcome is the COMMIT's
                     # (unless the driver knows its connection closed: then it sends nothing).
                     raw = await conn.get_raw_connection()
-                    committing = not self.backend.connection_closed(raw.driver_connection)
+                    committing = progress.committing = not self.backend.connection_closed(
+                        raw.driver_connection
+                    )
                     result = await work(conn)
                     committed = True
+                    progress.done(result)
                     if not self.backend.single_append_autocommit:
                         # It ended its own transaction (dialects.TRANSACTION_ENDED): this
                         # COMMIT sends nothing, and the pool's reset need not roll back.
@@ -410,15 +493,18 @@ class Transactions:
                     if after is not None and result is not None:
                         await after(conn)
                 return result
-            async with engine.connect() as conn:
+            async with engine.connect() as conn, abandoned_on_cancel(conn, self.backend.abort):
+                deadline.conn = conn
                 if characteristics:
                     await dialects.set_characteristics(conn, characteristics)
                 async with conn.begin():
-                    if self.foreign:  # after the engine's own begin listeners
-                        await self.backend.foreign_begin(conn)
-                    result = await work(conn)
-                    committing = True  # leaving this block sends the COMMIT
+                    async with abandoned_on_cancel(conn, self.backend.abort):  # before the ROLLBACK
+                        if self.foreign:  # after the engine's own begin listeners
+                            await self.backend.foreign_begin(conn)
+                        result = await work(conn)
+                    committing = progress.committing = True  # leaving this block sends the COMMIT
                 committed = True
+                progress.done(result)
                 if after is not None and (write or result is not None):
                     await after(conn)  # its failure: returned as committed, below
                 elif not self.foreign:
@@ -502,6 +588,22 @@ class Transactions:
             state.attempt_number,
             state.upcoming_sleep,
         )
+
+
+class _Progress:
+    """How far one attempt got, for the deadline that abandons it (:meth:`Transactions._attempt`)."""
+
+    __slots__ = ("committed", "committing", "result")
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.committed = False
+        self.result: object = None
+
+    def done(self, result: object) -> None:
+        """The COMMIT was answered: ``result`` is the call's."""
+        self.committed = True
+        self.result = result
 
 
 class _Retry(Exception):

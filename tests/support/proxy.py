@@ -14,7 +14,16 @@ its Bind message, aiomysql inside the statement text):
   reconnects and looks its write up while the server has not committed it yet.
 * ``drop-before``: drop the client without forwarding the message: nothing was
   committed.
+* ``stall-before``: black-hole the connection at that message, both ways: the message
+  is not forwarded, nothing more goes either way, and no reset comes. The server's
+  transaction stays open until the client gives up on the connection (closes it): the
+  proxy then drops the server's side too, which rolls the transaction back.
+* ``stall-after-commit``: forward the message, then black-hole the connection both
+  ways: the server commits, the client waits for an answer that never comes.
 
+:meth:`stall` black-holes every connection, open and new (a new one is accepted and
+then hears nothing, as behind a firewall that drops packets), until :meth:`unstall`;
+a black-holed connection the client gives up on is dropped on the server's side too.
 :meth:`refuse` closes the listening socket (new connections are refused) and
 :meth:`accept` opens it again on the same port; :meth:`sever` drops every connection.
 """
@@ -45,6 +54,8 @@ class _Pair:
     swallow: bool = False
     #: Then also refuse new connections and drop every other one.
     refuse_after: bool = False
+    #: Black-holed: nothing is forwarded either way, and nothing is answered.
+    stalled: bool = False
     closed: bool = False
 
     def close(self) -> None:
@@ -80,6 +91,7 @@ class Proxy:
     _pairs: set[_Pair] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _noted: asyncio.Event = field(default_factory=asyncio.Event)
+    _stalled: bool = False
 
     def url(self, upstream: URL) -> URL:
         """``upstream``'s URL through this proxy."""
@@ -100,7 +112,13 @@ class Proxy:
         reconnect -- the database becomes unreachable right after committing.
         ``after``: only on such a message after one containing these bytes (the
         COMMIT of a given statement's transaction)."""
-        if action not in ("drop-after-commit", "commit-late", "drop-before"):
+        if action not in (
+            "drop-after-commit",
+            "commit-late",
+            "drop-before",
+            "stall-before",
+            "stall-after-commit",
+        ):
             raise ValueError(f"unknown action {action!r}")
         pattern = marker if isinstance(marker, re.Pattern) else re.compile(re.escape(marker))
         first = None if after is None else re.compile(re.escape(after))
@@ -135,6 +153,20 @@ class Proxy:
             self._server = None
         self._note("refusing")
 
+    def stall(self) -> None:
+        """Black-hole every connection, open and new, until :meth:`unstall`."""
+        self._stalled = True
+        for pair in self._pairs:
+            pair.stalled = True
+        self._note("stalled")
+
+    def unstall(self) -> None:
+        """Stop black-holing new connections; the ones black-holed stay silent until
+        their client gives up on them (their bytes were dropped: a stream cannot
+        resume)."""
+        self._stalled = False
+        self._note("unstalled")
+
     def sever(self) -> None:
         """Drop every open connection, as a server restart or a firewall would."""
         for pair in list(self._pairs):
@@ -156,7 +188,7 @@ class Proxy:
         except OSError:
             writer.transport.abort()
             return
-        pair = _Pair(writer, up_writer)
+        pair = _Pair(writer, up_writer, stalled=self._stalled)
         self._pairs.add(pair)
         try:
             await asyncio.gather(self._to_server(pair, reader), self._to_client(pair, up_reader))
@@ -169,22 +201,39 @@ class Proxy:
             while not pair.closed:
                 chunk = await reader.read(65536)
                 if not chunk:
-                    pair.upstream.close()
+                    if pair.stalled:  # the client gave up on it: so does the "network"
+                        pair.close()
+                    else:
+                        pair.upstream.close()
                     return
+                if pair.stalled:
+                    continue  # dropped
                 plan = self._plan
                 if plan is not None and plan.after is not None and plan.after.search(chunk):
                     plan.after = None  # this message passes; the next marker is acted on
                 elif plan is not None and plan.after is None and plan.marker.search(chunk):
                     self._plan = None
                     await self._act(pair, plan, chunk)
+                    if pair.stalled:
+                        continue  # read on, to see when the client gives up
                     return
                 pair.upstream.write(chunk)
                 await pair.upstream.drain()
+        if pair.stalled:  # the client gave up on it (a reset): so does the "network"
+            pair.close()
 
     async def _act(self, pair: _Pair, plan: _Plan, chunk: bytes) -> None:
         if plan.action == "drop-before":
             self._note("dropped before")
             pair.close()
+        elif plan.action == "stall-before":
+            pair.stalled = True
+            self._note("stalled before")
+        elif plan.action == "stall-after-commit":
+            pair.stalled = True  # before the answer can come
+            pair.upstream.write(chunk)
+            await pair.upstream.drain()
+            self._note("commit forwarded")
         elif plan.action == "drop-after-commit":
             pair.swallow = True
             pair.refuse_after = plan.refuse_after
@@ -210,8 +259,11 @@ class Proxy:
             while not pair.closed:
                 chunk = await reader.read(65536)
                 if not chunk:  # the server closed the connection: so does the proxy
-                    pair.client.close()
+                    if not pair.stalled:
+                        pair.client.close()
                     return
+                if pair.stalled:
+                    continue  # dropped
                 if pair.swallow:
                     # The server's answer to the COMMIT: the transaction is committed.
                     self._note("commit answered")

@@ -468,6 +468,12 @@ class Backend:
     #: knows it is closed, so that a statement on it fails without being sent; read from
     #: the driver's state, without a round trip. ``False``: it does not tell.
     connection_closed: Callable[[Any], bool] = lambda _connection: False
+    #: Ends the driver's connection's socket at once, without a round trip and without
+    #: waiting (a server that stopped answering would not answer a goodbye), so that a
+    #: statement waiting on it fails as on a lost connection: the deadline of an
+    #: attempt (:mod:`chatledger.deadlines`). ``None``: the driver has no such call,
+    #: and the attempt is cancelled instead.
+    abort: Callable[[Any], None] | None = None
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that say the same whatever their code: no server of a multi-host DSN serves the
     #: session it asks for (``target_session_attrs``), as while a cluster promotes a

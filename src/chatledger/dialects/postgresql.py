@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -126,6 +128,14 @@ def _column_collations_postgresql(conn: Connection, table: str) -> Collations:
 def _any_of_array(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
     """PostgreSQL: ``column = ANY(:values)``, the values bound as one integer array."""
     return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(BigInteger)))
+
+
+def _shut_down(descriptor: int) -> None:
+    """Shut the socket of file ``descriptor`` down both ways, leaving the descriptor
+    open (psycopg waits on it: the wait wakes, reads the end and raises
+    ``OperationalError``; closing the connection then closes the descriptor)."""
+    with socket.socket(fileno=os.dup(descriptor)) as duplicate:
+        duplicate.shutdown(socket.SHUT_RDWR)
 
 
 def _lock_timeout_ms(options: LedgerOptions) -> str:
@@ -509,6 +519,7 @@ ASYNCPG = Backend(
     # ended an idle session, read by the client with the answer to its next statement.
     idle_codes=frozenset({"57P05", "25P03"}),
     connection_closed=lambda connection: bool(connection.is_closed()),
+    abort=lambda connection: connection.terminate(),
     read_only_codes=frozenset({"25006"}),
     full_codes=frozenset({"53100"}),  # disk_full
     code_name="SQLSTATE",
@@ -586,6 +597,7 @@ PSYCOPG = replace(
     resolve_dsn=_resolve_dsn_psycopg,
     transaction_open=_transaction_open_psycopg,
     connection_closed=lambda connection: bool(connection.closed),
+    abort=lambda connection: _shut_down(connection.pgconn.socket),
     # set_isolation_level, set_read_only, set_autocommit are coroutines.
     characteristics_await=True,
 )

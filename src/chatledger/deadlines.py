@@ -1,0 +1,137 @@
+"""Deadlines of one attempt: how long a call's attempt may wait on a server that stopped
+answering, and how an attempt is abandoned.
+
+A server that stops answering (a black-holed network, a host frozen, a cluster stuck
+in a view change) sends no error and no reset: a statement would wait on its socket
+for as long as the kernel keeps the connection open. So each attempt on a server
+database runs within a deadline of its own (:class:`Deadline`, of
+:func:`attempt_limit` seconds, applied by
+:class:`chatledger.transactions.Transactions` and by replica reads), and an attempt
+past it is abandoned: its connection's socket is ended at once, without a round trip
+(:attr:`chatledger.dialects.Backend.abort`), so the statement waiting on it fails as on
+a lost connection and SQLAlchemy invalidates the connection; an attempt with no socket
+to end yet (connecting, waiting for a pooled connection), or still running
+:data:`ABORT_GRACE` seconds later, is cancelled, its connection invalidated
+(:func:`abandoned_on_cancel`). The call is then tried again within its retry budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .options import LedgerOptions
+
+logger = logging.getLogger("chatledger")
+
+#: Seconds beyond ``lock_timeout`` an attempt always has, however little of the budget
+#: is left: its lock waits end in the server's error, before its deadline.
+ATTEMPT_FLOOR = 1.0
+#: Seconds an abandoned attempt whose socket was ended may take to fail on it, before
+#: it is cancelled.
+ABORT_GRACE = 1.0
+#: The share of ``retry_timeout`` one attempt may take: at least this many attempts
+#: fit in the budget when each stalls.
+ATTEMPTS_IN_BUDGET = 3
+
+
+def attempt_limit(options: LedgerOptions, elapsed: float) -> float:
+    """Seconds an attempt starting ``elapsed`` seconds into its call may take (see the
+    module): ``retry_timeout`` / :data:`ATTEMPTS_IN_BUDGET`, cut to what is left of the
+    budget, and never less than ``lock_timeout`` + :data:`ATTEMPT_FLOOR`."""
+    floor = options.lock_timeout + ATTEMPT_FLOOR
+    share = options.retry_timeout / ATTEMPTS_IN_BUDGET
+    return max(floor, min(share, options.retry_timeout - elapsed))
+
+
+class AttemptStalled(Exception):
+    """An attempt that got no answer within its deadline (:func:`attempt_limit`) and
+    was abandoned, its connection closed: the failure a retry reports."""
+
+
+@contextlib.asynccontextmanager
+async def abandoned_on_cancel(
+    conn: AsyncConnection, abort: Callable[[Any], None] | None = None
+) -> AsyncIterator[None]:
+    """Invalidate ``conn`` when the block is cancelled (its deadline, the caller's
+    ``asyncio.timeout`` or task cancel, an anyio cancel scope), before anything else
+    runs on it: a cancelled statement may leave its reply unread, and a server that
+    stopped answering would keep a ROLLBACK or the pool's reset waiting for ever. With
+    the backend's ``abort`` (:attr:`chatledger.dialects.Backend.abort`) its socket is
+    ended first, without awaiting: the invalidation then finds it closed and waits for
+    no goodbye, even under an anyio cancel scope that cancels every later await. The
+    invalidated connection is never pooled again."""
+    try:
+        yield
+    except asyncio.CancelledError as error:
+        if not conn.invalidated:
+            _end_socket(conn, abort)
+            await conn.invalidate(error)
+        raise
+
+
+def _end_socket(conn: AsyncConnection, abort: Callable[[Any], None] | None) -> bool:
+    """End ``conn``'s socket by ``abort``; whether it was ended."""
+    if abort is None or conn.invalidated or conn.closed:
+        return False
+    try:
+        abort(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
+    except Exception:  # already closed, or no socket
+        logger.debug("ending the socket of an abandoned attempt failed", exc_info=True)
+        return False
+    return True
+
+
+class Deadline:
+    """The deadline of one attempt (see the module): ``async with`` it around the
+    attempt, and tell it the attempt's connection once checked out (:attr:`conn`).
+
+    Args:
+        limit: Seconds the attempt may take (``None``: no deadline).
+        abort: The backend's :attr:`chatledger.dialects.Backend.abort`.
+    """
+
+    def __init__(self, limit: float | None, abort: Callable[[Any], None] | None) -> None:
+        self.limit = limit
+        self._abort = abort
+        #: The attempt's connection, once it has one.
+        self.conn: AsyncConnection | None = None
+        #: The deadline passed: whatever the attempt raises now, it was abandoned.
+        self.passed = False
+        self._timeout = asyncio.timeout(None)
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> Deadline:
+        await self._timeout.__aenter__()
+        if self.limit is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.limit, self._expire)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._timeout.__aexit__(kind, error, traceback)
+
+    def _expire(self) -> None:
+        """End the connection's socket, so that the statement waiting on it fails as on a
+        lost connection and SQLAlchemy invalidates the connection; cancel the attempt
+        when there is no socket to end (connecting, waiting for the pool) or the driver
+        cannot, and as a backstop :data:`ABORT_GRACE` seconds later."""
+        self.passed = True
+        now = asyncio.get_running_loop().time()
+        conn = self.conn
+        if conn is not None and _end_socket(conn, self._abort):
+            self._timeout.reschedule(now + ABORT_GRACE)
+        else:
+            self._timeout.reschedule(now)
