@@ -52,7 +52,7 @@ CONTRACTS = {
 
 # pytest rewrites the asserts of test modules only; these modules' failures should
 # say what differed too.
-pytest.register_assert_rewrite(*sorted(set(CONTRACTS.values())))
+pytest.register_assert_rewrite(*sorted({*CONTRACTS.values(), f"{__name__}.kinds"}))
 
 __all__ = [*CONTRACTS, "CONTRACTS", "expected_to_differ"]
 
