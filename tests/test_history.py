@@ -63,7 +63,6 @@ from typing import Any, ClassVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from google.adk.errors.already_exists_error import AlreadyExistsError
-from google.adk.errors.session_not_found_error import SessionNotFoundError
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -90,8 +89,8 @@ from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
 from chatledger.openai_agents import LedgerSession
 from chatledger.rein import LedgerSessionStore
-from chatledger.testing.adk import event as adk_event
 from chatledger.schema import rein_sessions_table, sessions_table
+from chatledger.testing.adk import event as adk_event
 from chatledger.tools import sessions as session_tools
 from chatledger.tools.transfer import ImportReport, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
@@ -849,7 +848,9 @@ class HistoryMachine(RuleBasedStateMachine):
         service = self.world.adk_observers[1 if mirror else 0]
         return await service.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=id) is not None
 
-    async def _check_log(self, kind: str, id: str, model: LogModel, what: str, *, mirror: bool = False) -> None:
+    async def _check_log(
+        self, kind: str, id: str, model: LogModel, what: str, *, mirror: bool = False
+    ) -> None:
         assert await self._entries(kind, id, mirror=mirror) == model.entries, (what, model)
         if kind == "adk":
             assert await self._adk_live(id, mirror=mirror) == model.live, (what, model)
@@ -945,7 +946,13 @@ class HistoryMachine(RuleBasedStateMachine):
     def adk_append(self, store: int, key: int, fault: str, cancel: float | None) -> None:
         """One ADK append from a session just read; an ambiguous one is settled by
         repeating the identical ``Event``, which must be stored once."""
-        self.run(self._adk_append, 1 if fault != "none" and self.world.proxy else store, self.ids[key], fault, cancel)
+        self.run(
+            self._adk_append,
+            1 if fault != "none" and self.world.proxy else store,
+            self.ids[key],
+            fault,
+            cancel,
+        )
 
     async def _adk_append(self, store: int, id: str, fault: str, cancel: float | None) -> None:
         model = self.adk[id]
@@ -958,7 +965,9 @@ class HistoryMachine(RuleBasedStateMachine):
             return
         text = self.fresh_text("e")
         made = adk_event(text)
-        (outcome,) = await self.group([(lambda: service.append_event(session, made), cancel)], fault, "adk append")
+        (outcome,) = await self.group(
+            [(lambda: service.append_event(session, made), cancel)], fault, "adk append"
+        )
         what = f"adk append of {text} to {id!r}"
         if outcome.error is not None:
             no_surprise(outcome, what)
@@ -972,7 +981,13 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @rule(store=st.integers(0, 1), key=keys, fault=faults, cancel=cancels)
     def adk_delete(self, store: int, key: int, fault: str, cancel: float | None) -> None:
-        self.run(self._adk_delete, 1 if fault != "none" and self.world.proxy else store, self.ids[key], fault, cancel)
+        self.run(
+            self._adk_delete,
+            1 if fault != "none" and self.world.proxy else store,
+            self.ids[key],
+            fault,
+            cancel,
+        )
 
     async def _adk_delete(self, store: int, id: str, fault: str, cancel: float | None) -> None:
         model = self.adk[id]
@@ -983,7 +998,9 @@ class HistoryMachine(RuleBasedStateMachine):
         if outcome.error is not None:
             no_surprise(outcome, what)
             live = await self._adk_live(id)
-            assert not (outcome.unavailable and model.live and not live), f"{what}: StorageUnavailable, yet applied"
+            assert not (outcome.unavailable and model.live and not live), (
+                f"{what}: StorageUnavailable, yet applied"
+            )
             if model.live and not live:
                 model.delete()
             return

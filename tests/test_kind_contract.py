@@ -23,7 +23,9 @@ DRIVERS = {driven.kind.name: driven for driven in drivers()}
 @pytest.fixture(scope="module")
 async def spare(database: Database, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[URL]:
     """A second migrated database of the target, shared by the module's moves."""
-    async with fresh_database(database.server, tmp_path_factory.mktemp("spare"), prefix="chatledger_kinds") as url:
+    async with fresh_database(
+        database.server, tmp_path_factory.mktemp("spare"), prefix="chatledger_kinds"
+    ) as url:
         await upgrade_database(url)
         yield url
 
@@ -48,4 +50,3 @@ class TestKindContract(KindContract):
     @pytest.fixture
     def spare_url(self, spare: URL) -> URL:
         return spare
-

@@ -318,7 +318,8 @@ for _name, _test in TESTS.items():
 # -- the kind driver (chatledger.testing.kinds) --------------------------------------------
 
 #: The app and user of the kind contract's ADK sessions.
-DRIVER_SCOPE = {"app_name": "kind-contract", "user_id": "u"}
+DRIVER_APP, DRIVER_USER = "kind-contract", "u"
+DRIVER_SCOPE = {"app_name": DRIVER_APP, "user_id": DRIVER_USER}
 
 
 class _Writer:
@@ -336,7 +337,9 @@ class _Writer:
         await self.ledger.ensure_ready()
 
     async def create(self, session_id: str) -> Any:
-        return await self.service.create_session(session_id=session_id, **DRIVER_SCOPE)
+        return await self.service.create_session(
+            app_name=DRIVER_APP, user_id=DRIVER_USER, session_id=session_id
+        )
 
     async def write(
         self, handle: Any, text: str, *, write_id: str | None = None, in_transaction: bool = False
@@ -349,12 +352,12 @@ class _Writer:
         return str(stored.id)
 
     async def texts(self, session_id: str) -> list[str]:
-        found = await self.service.get_session(session_id=session_id, **DRIVER_SCOPE)
+        found = await self.service.get_session(
+            app_name=DRIVER_APP, user_id=DRIVER_USER, session_id=session_id
+        )
         if found is None:
             return []
-        return [
-            str(part.text) for item in found.events if item.content for part in item.content.parts or []
-        ]
+        return [str(part.text) for item in found.events if item.content for part in item.content.parts or []]
 
     async def stale_write(self, handle: Any, text: str) -> str:
         return await self.write(handle, text)

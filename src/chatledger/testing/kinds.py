@@ -44,7 +44,7 @@ import importlib
 import io
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -143,7 +143,12 @@ class Faults(Protocol):
         ...
 
     def arm(
-        self, action: str, marker: bytes | re.Pattern[bytes] = ..., *, delay: float = ..., refuse_after: bool = ...
+        self,
+        action: str,
+        marker: bytes | re.Pattern[bytes] = ...,
+        *,
+        delay: float = ...,
+        refuse_after: bool = ...,
     ) -> None:
         """Act once on the next client message with ``marker``: ``drop-after-commit``
         (forward it, swallow the reply, drop the client; ``refuse_after``: then refuse
@@ -471,4 +476,3 @@ class KindContract:
 
 for _name, _test in TESTS.items():
     setattr(KindContract, _name, staticmethod(_test))
-

@@ -343,4 +343,6 @@ def driver() -> Any:
     from .. import kinds
     from .kinds import Driver
 
-    return Driver(kinds.OPENAI, _Writer, identity="the first item's id (add_items fixes it before its first attempt)")
+    return Driver(
+        kinds.OPENAI, _Writer, identity="the first item's id (add_items fixes it before its first attempt)"
+    )
