@@ -62,7 +62,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -115,6 +117,8 @@ PURGE_PREFIXES = ("", "a", "A", "b")
 FAULTS = ("none", "none", "none", "drop-before", "drop-after-commit", "unreachable")
 #: Seconds after which a call is cancelled (``None``: it is not).
 CANCELS = (None,) * 20 + (0.0, 0.002, 0.005, 0.01, 0.02)
+#: The errors ADK's own services raise, which chatledger's raises as they do.
+ADK_ERRORS = AlreadyExistsError | SessionNotFoundError | StaleSessionError
 #: The app and user of the histories' ADK sessions.
 ADK_APP, ADK_USER = "history", "u"
 #: The retry budget of the stores that meet "unreachable": short, so that they give up.
@@ -170,7 +174,9 @@ def expect_error(outcome: Outcome, *allowed: type[BaseException], what: str) -> 
     assert error is not None, f"{what}: returned {outcome.value!r}, expected one of {allowed}"
     assert not isinstance(error, SQLAlchemyError), f"{what}: a raw sqlalchemy error escaped: {error!r}"
     assert isinstance(error, allowed), f"{what}: raised {type(error).__name__}: {error}; expected {allowed}"
-    assert isinstance(error, ChatledgerError | ValueError | TypeError | asyncio.CancelledError), error
+    assert isinstance(
+        error, ChatledgerError | ValueError | TypeError | asyncio.CancelledError | ADK_ERRORS
+    ), error
 
 
 def no_surprise(outcome: Outcome, what: str) -> None:
@@ -903,11 +909,12 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @rule(store=stores, key=keys, fault=faults, cancel=cancels)
     def openai_clear(self, store: int, key: int, fault: str, cancel: float | None) -> None:
-        """Clear an OpenAI session that holds items."""
-        id = self.ids[key]
-        if not self.openai[id].live:
+        """Clear an OpenAI session that holds items (the first such from ``key`` on)."""
+        live = [id for id in self.ids[key:] + self.ids[:key] if self.openai[id].live]
+        if not live:
             self.events.append("openai clear: nothing to clear")
             return
+        id = live[0]
         self.run(self._openai_clear, self.through(store, fault), id, fault, cancel)
 
     async def _openai_clear(self, store: int, id: str, fault: str, cancel: float | None) -> None:
@@ -925,10 +932,6 @@ class HistoryMachine(RuleBasedStateMachine):
 
     # -- ADK ------------------------------------------------------------------------------
 
-    @rule(key=keys)
-    def adk_create(self, key: int) -> None:
-        self.run(self._adk_create, self.ids[key])
-
     async def _adk_create(self, id: str) -> None:
         model = self.adk[id]
         create = functools.partial(
@@ -944,7 +947,8 @@ class HistoryMachine(RuleBasedStateMachine):
 
     @rule(store=st.integers(0, 1), key=keys, fault=faults, cancel=cancels)
     def adk_append(self, store: int, key: int, fault: str, cancel: float | None) -> None:
-        """One ADK append from a session just read; an ambiguous one is settled by
+        """One ADK append from a session just read (created first, or again, when there
+        is none: a create of a live one is refused); an ambiguous one is settled by
         repeating the identical ``Event``, which must be stored once."""
         self.run(
             self._adk_append,
@@ -958,11 +962,10 @@ class HistoryMachine(RuleBasedStateMachine):
         model = self.adk[id]
         service = self.services[store]
         get = functools.partial(service.get_session, app_name=ADK_APP, user_id=ADK_USER, session_id=id)
+        if not model.live or store == 0:
+            await self._adk_create(id)
         session = await get()
-        if session is None:
-            assert not model.live, f"adk session {id!r} lost"
-            self.events.append("adk append: no session")
-            return
+        assert session is not None, f"adk session {id!r} lost"
         text = self.fresh_text("e")
         made = adk_event(text)
         (outcome,) = await self.group(
