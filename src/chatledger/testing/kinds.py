@@ -61,7 +61,18 @@ from ..kinds import Scope, SessionKind
 from ..selection import Selection
 from ..tools.transfer import copy, export, import_file
 
-__all__ = ["COMMIT", "TESTS", "Driver", "Faults", "KindContract", "Writer", "driver_module", "drivers"]
+__all__ = [
+    "COMMIT",
+    "TESTS",
+    "Driver",
+    "Faults",
+    "KindContract",
+    "Writer",
+    "driver_module",
+    "driver_of",
+    "drivers",
+    "kind_rows",
+]
 
 #: The marker of a COMMIT in a client's byte stream (not the ``READ COMMITTED`` of a BEGIN).
 COMMIT = re.compile(rb"COMMIT(?![A-Z])")
@@ -277,11 +288,13 @@ async def test_a_write_repeated_with_its_id_and_content_is_stored_once(driver: D
         handle = await writer.create(session_id)
         write_id = str(uuid.uuid4())
         first = await writer.write(handle, "once", write_id=write_id)
-        again = await writer.write(handle, "once", write_id=write_id)
-        assert again == first
-        assert await writer.texts(session_id) == ["once"]
+        assert await writer.write(handle, "once", write_id=write_id) == first
+        await writer.write(handle, "other")
+        # Repeated after another write too: what the first returned, and nothing stored.
+        assert await writer.write(handle, "once", write_id=write_id) == first
+        assert await writer.texts(session_id) == ["once", "other"]
         await writer.write(handle, "next")
-        assert await writer.texts(session_id) == ["once", "next"]
+        assert await writer.texts(session_id) == ["once", "other", "next"]
     finally:
         await writer.close()
 
