@@ -1,7 +1,8 @@
 """The kind contract (:mod:`chatledger.testing.kinds`) for every registered kind whose
 framework is installed, on every target: identity, exactly once across a lost COMMIT
-reply (through the TCP proxy of :mod:`tests.support.proxy`; SQLite has none), a write
-overtaken by a delete, delete and purge through the kind's operations, and moves."""
+reply (through the TCP proxy of :mod:`tests.support.proxy`; on SQLite, which has none,
+the reply is lost in process), a write overtaken by a delete, delete and purge through
+the kind's operations, and moves."""
 
 from __future__ import annotations
 

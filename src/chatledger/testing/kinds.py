@@ -33,18 +33,20 @@ gives the fixtures:
 * ``driver``: the kind's :class:`Driver` (``params=`` over :func:`drivers`);
 * ``url``: a migrated database the tests may share;
 * ``faults``: a :class:`Faults` in front of that database's server (a TCP proxy),
-  or ``None`` where there is none (SQLite): the fault scenarios are then skipped;
+  or ``None`` where there is none (SQLite): the fault scenarios then lose the reply
+  in process (:func:`lost_reply`), and a COMMIT that arrives late is not tried;
 * ``spare_url``: a second migrated database on the same backend, for the moves.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import io
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,6 +62,7 @@ from ..errors import IdentityConflict
 from ..kinds import Scope, SessionKind
 from ..selection import Selection
 from ..tools.transfer import copy, export, import_file
+from ..transactions import _Retry
 
 __all__ = [
     "COMMIT",
@@ -72,6 +75,7 @@ __all__ = [
     "driver_of",
     "drivers",
     "kind_rows",
+    "lost_reply",
 ]
 
 #: The marker of a COMMIT in a client's byte stream (not the ``READ COMMITTED`` of a BEGIN).
@@ -82,6 +86,9 @@ TIMEOUT = 60.0
 
 class Writer(Protocol):
     """One writer of a kind's sessions on one database, with a pool of its own."""
+
+    #: The ledger its writes go through (:func:`lost_reply` loses a reply of it).
+    ledger: Ledger
 
     async def ready(self) -> None:
         """Its first call's own reads (the schema check), done: a fault armed after it
@@ -214,6 +221,32 @@ def drivers() -> list[Driver]:
 # -- helpers ------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def lost_reply(ledger: Ledger, then: Callable[[], Awaitable[object]] | None = None) -> Iterator[list[bool]]:
+    """In process, what the proxy's ``drop-after-commit`` does on a network, for a
+    database with no proxy in front (SQLite): the next write attempt of ``ledger``
+    commits, then its reply is lost (``then`` runs first: another writer's call before
+    the settle). The list yielded holds ``True`` once that happened."""
+    transactions = ledger.transactions
+    original = transactions._attempt
+    lost: list[bool] = []
+
+    async def attempt(work: Any, *, write: bool, **rest: Any) -> Any:
+        result = await original(work, write=write, **rest)
+        if write and not lost:
+            lost.append(True)
+            if then is not None:
+                await then()
+            raise _Retry(ConnectionResetError("the reply to the COMMIT was lost"), None, ambiguous=True)
+        return result
+
+    transactions._attempt = attempt  # type: ignore[method-assign]
+    try:
+        yield lost
+    finally:
+        del transactions._attempt
+
+
 async def _opened(driver: Driver, url: URL, **options: Any) -> Writer:
     writer = driver.open(url, **options)
     await writer.ready()  # its own reads commit too: faults are armed after them
@@ -323,18 +356,23 @@ async def test_a_write_id_with_other_content_is_an_identity_conflict(driver: Dri
 
 
 async def _lost_reply(driver: Driver, url: URL, faults: Faults | None, action: str) -> None:
-    if faults is None:
-        pytest.skip("no proxy in front of this database (SQLite)")
-    writer = await _opened(driver, faults.url(url))
+    if faults is None and action != "drop-after-commit":
+        pytest.skip("a COMMIT that arrives late needs the proxy (none in front of SQLite)")
+    writer = await _opened(driver, url if faults is None else faults.url(url))
     try:
         session_id = _fresh()
         handle = await writer.create(session_id)
         await writer.write(handle, "first")
         text = f"lost-{uuid.uuid4().hex}"
-        faults.arm(action, _marker(writer, text), delay=1.0)
-        await asyncio.wait_for(writer.write(handle, text), TIMEOUT)
-        assert not faults.armed
-        await asyncio.wait_for(faults.noted("commit forwarded"), TIMEOUT)
+        if faults is None:
+            with lost_reply(writer.ledger) as lost:
+                await asyncio.wait_for(writer.write(handle, text), TIMEOUT)
+            assert lost
+        else:
+            faults.arm(action, _marker(writer, text), delay=1.0)
+            await asyncio.wait_for(writer.write(handle, text), TIMEOUT)
+            assert not faults.armed
+            await asyncio.wait_for(faults.noted("commit forwarded"), TIMEOUT)
         await writer.write(handle, "after")
     finally:
         await writer.close()
@@ -364,22 +402,29 @@ async def test_a_write_overtaken_by_a_delete_is_settled_as_written(
     writer while another deletes the session through the kind's operations. The
     settle finds the write erased by that delete: written, then deleted -- a success,
     and the session stays deleted."""
-    if faults is None:
-        pytest.skip("no proxy in front of this database (SQLite)")
-    writer = await _opened(driver, faults.url(url), retry_timeout=30)
+    writer = await _opened(driver, url if faults is None else faults.url(url), retry_timeout=30)
     try:
         session_id = _fresh()
         handle = await writer.create(session_id)
         await writer.write(handle, "first", in_transaction=True)
         text = f"overtaken-{uuid.uuid4().hex}"
-        faults.arm("drop-after-commit", _marker(writer, text, in_transaction=True), refuse_after=True)
-        writing = asyncio.create_task(writer.write(handle, text, in_transaction=True))
-        await asyncio.wait_for(faults.noted("commit answered"), TIMEOUT)
-        async with kinds.operations(driver.kind)(url, {}) as operations:
-            (found,) = await operations.find(session_id, driver.scope)
-            assert await operations.delete(found)
-        await faults.accept()
-        await asyncio.wait_for(writing, TIMEOUT)  # no error: written, then deleted
+
+        async def delete() -> None:
+            async with kinds.operations(driver.kind)(url, {}) as operations:
+                (found,) = await operations.find(session_id, driver.scope)
+                assert await operations.delete(found)
+
+        if faults is None:
+            with lost_reply(writer.ledger, then=delete) as lost:
+                await asyncio.wait_for(writer.write(handle, text, in_transaction=True), TIMEOUT)
+            assert lost
+        else:
+            faults.arm("drop-after-commit", _marker(writer, text, in_transaction=True), refuse_after=True)
+            writing = asyncio.create_task(writer.write(handle, text, in_transaction=True))
+            await asyncio.wait_for(faults.noted("commit answered"), TIMEOUT)
+            await delete()
+            await faults.accept()
+            await asyncio.wait_for(writing, TIMEOUT)  # no error: written, then deleted
         assert await _found(driver, url, session_id) == []
         assert await writer.texts(session_id) == []
     finally:

@@ -167,6 +167,7 @@ class _Writer:
         from ..rein import LedgerSessionStore
 
         self.store = LedgerSessionStore(url, **options)
+        self.ledger = self.store.ledger
 
     async def ready(self) -> None:
         await self.store.acontains(f"ready-{uuid.uuid4()}")  # on the store's own loop
