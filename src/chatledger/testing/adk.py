@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from google.adk.errors import StaleSessionError
@@ -21,6 +21,9 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
 from google.genai import types
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "AdkSessionServiceContract", "event"]
 
@@ -369,7 +372,7 @@ class _Writer:
         await self.service.close()
 
 
-def driver() -> Any:
+def driver() -> Driver:
     """The ADK kind's driver for :mod:`chatledger.testing.kinds`."""
     from .. import kinds
     from .kinds import Driver

@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
@@ -32,6 +32,9 @@ from agents.memory import OpenAIResponsesCompactionSession, Session, SessionSett
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "OpenAISessionContract", "ScriptedModel", "adder_agent"]
 
@@ -337,7 +340,7 @@ class _Writer:
         await self.ledger.close()
 
 
-def driver() -> Any:
+def driver() -> Driver:
     """The OpenAI Agents kind's driver for :mod:`chatledger.testing.kinds`: a write
     after a clear or delete starts the session again (the SDK's semantics)."""
     from .. import kinds

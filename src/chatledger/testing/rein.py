@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import rein
 from rein import Agent, LoopConfig, MockProvider, Session, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "ReinStoreContract", "add", "tool_agent"]
 
@@ -203,7 +206,7 @@ class _Writer:
         await self.store.aclose()
 
 
-def driver() -> Any:
+def driver() -> Driver:
     """The rein kind's driver for :mod:`chatledger.testing.kinds`."""
     from .. import kinds
     from ..errors import VersionConflict

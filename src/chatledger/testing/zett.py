@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from zett_agent.extensions.compaction import CompactedMessage
@@ -41,6 +41,9 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 from zett_agent.storage import MessageKind
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "ZettStorageContract"]
 
@@ -652,7 +655,7 @@ class _Writer:
         await self.storage.close()
 
 
-def driver() -> Any:
+def driver() -> Driver:
     """The zett kind's driver for :mod:`chatledger.testing.kinds`."""
     from .. import kinds
     from ..errors import SessionDeleted
