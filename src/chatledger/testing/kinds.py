@@ -24,8 +24,8 @@ its adapter package: ``chatledger.testing.zett`` for ``chatledger.zett``). A dri
 tells how to open a writer of the kind on a database and, through it, how to create
 a session, write one item with the framework's own API (with a given write id where
 the framework lets the caller give one), read the items back, and make the write a
-writer holding what it read before a delete would make. Adding a kind is that one
-function.
+writer holding what it read before a delete would make. Adding a kind to the contract
+is that one function and the :class:`Writer` class it names.
 
 :class:`KindContract` holds the scenarios as tests; a test module subclasses it and
 gives the fixtures:
