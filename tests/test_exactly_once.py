@@ -220,18 +220,6 @@ async def test_no_free_connection_to_settle_a_lost_commit_is_outcome_unknown(
         await storage.close()
 
 
-async def test_repeating_an_append_with_its_message_id_writes_nothing(
-    server_url: URL, session_id: str
-) -> None:
-    async with LedgerSessionStorage(server_url) as storage:
-        message_id = str(uuid.uuid4())
-        assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
-        assert await storage.append(session_id, "r", UserMessage(content="b")) == 2
-        assert await storage.append(session_id, "r", UserMessage(content="a"), message_id=message_id) == 1
-        assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
-        assert await storage.append(session_id, "r", UserMessage(content="c")) == 3
-
-
 async def test_repeating_a_message_id_with_another_message_is_an_identity_conflict(
     server_url: URL, session_id: str
 ) -> None:

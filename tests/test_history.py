@@ -3,14 +3,16 @@
 In the manner of Jepsen and FoundationDB's simulation tests, a hypothesis
 ``RuleBasedStateMachine`` runs random histories on one database of each target:
 
-- **Operations:** zett append, snapshot (a checkpoint with ``expected_version``),
-  load, delete and create (on a tombstone: a new generation); rein save (plain and
-  compare-and-set), load and delete; purge; export then import; copy into a second
-  database.
-- **Writers:** two or three zett storages and two rein stores, each with its own
-  engine, on the one database; appends, checkpoints and rein saves run in groups of
-  up to three at once (``asyncio.gather``), on one session or several, where the
-  model can still say what each may return.
+- **Operations**, of all four kinds: zett append, snapshot (a checkpoint with
+  ``expected_version``), load, delete and create (on a tombstone: a new generation);
+  rein save (plain and compare-and-set), load and delete; OpenAI Agents add and
+  clear; ADK create, append and delete; purge (every kind); export then import; copy
+  into a second database.
+- **Writers:** two or three zett storages, two rein stores, three OpenAI Agents
+  ledgers and two ADK services, each with its own engine, on the one database;
+  appends, checkpoints, rein saves and OpenAI adds run in groups of up to three at
+  once (``asyncio.gather``), on one session or several, where the model can still
+  say what each may return.
 - **Faults:** on the server targets some stores connect through
   :mod:`tests.support.proxy`, which drops a connection before or after the server answered
   its COMMIT, or drops it and refuses connections for a while (a store with a short
@@ -18,11 +20,13 @@ In the manner of Jepsen and FoundationDB's simulation tests, a hypothesis
   cancelled after a random 0-20 ms. An ambiguous call (``OutcomeUnknown``, a
   cancellation) may have been applied or not: an append is settled by repeating the
   identical call (its ``message_id``), which must return its sequence exactly once;
-  a checkpoint, create, delete or rein save by reading back (each carries content of
+  an ADK append by repeating the identical ``Event`` (stored once); a checkpoint,
+  create, delete, rein save or OpenAI add by reading back (each carries content of
   its own). ``StorageUnavailable`` promises nothing was committed: that is checked
   before the call is repeated.
 - **Checked after every step** (:mod:`tests.support.history_model`): every session's
-  counter row, raw log, checkpoint, summary and rein row equal the model's: no
+  counter row, raw log, checkpoint, summary, rein row, OpenAI items and ADK events
+  equal the model's: no
   acknowledged write lost or duplicated, sequences gap-free per generation and never
   reused, checkpoint versions and ids never reused, no deleted session back; every
   error raised is the chatledger error the model expects (never a raw
@@ -58,6 +62,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -79,9 +86,13 @@ from chatledger import (
     StorageUnavailable,
     VersionConflict,
 )
+from chatledger.adk import LedgerSessionService
+from chatledger.engine import Ledger
 from chatledger.migrate import upgrade_database
+from chatledger.openai_agents import LedgerSession
 from chatledger.rein import LedgerSessionStore
 from chatledger.schema import rein_sessions_table, sessions_table
+from chatledger.testing.adk import event as adk_event
 from chatledger.tools import sessions as session_tools
 from chatledger.tools.transfer import ImportReport, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
@@ -89,7 +100,7 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.facts import facts_of
 from .support.fresh import fresh_database
-from .support.history_model import Checkpoint, Message, ReinModel, ZettModel
+from .support.history_model import Checkpoint, LogModel, Message, ReinModel, ZettModel
 from .support.proxy import COMMIT, Proxy, commit_point
 
 EXAMPLES = int(os.environ.get("CHATLEDGER_HISTORY_EXAMPLES", "10"))
@@ -106,6 +117,10 @@ PURGE_PREFIXES = ("", "a", "A", "b")
 FAULTS = ("none", "none", "none", "drop-before", "drop-after-commit", "unreachable")
 #: Seconds after which a call is cancelled (``None``: it is not).
 CANCELS = (None,) * 20 + (0.0, 0.002, 0.005, 0.01, 0.02)
+#: The errors ADK's own services raise, which chatledger's raises as they do.
+ADK_ERRORS = AlreadyExistsError | SessionNotFoundError | StaleSessionError
+#: The app and user of the histories' ADK sessions.
+ADK_APP, ADK_USER = "history", "u"
 #: The retry budget of the stores that meet "unreachable": short, so that they give up.
 SHORT_BUDGET = 0.5
 #: How long the proxy refuses connections in "unreachable", in seconds.
@@ -159,7 +174,9 @@ def expect_error(outcome: Outcome, *allowed: type[BaseException], what: str) -> 
     assert error is not None, f"{what}: returned {outcome.value!r}, expected one of {allowed}"
     assert not isinstance(error, SQLAlchemyError), f"{what}: a raw sqlalchemy error escaped: {error!r}"
     assert isinstance(error, allowed), f"{what}: raised {type(error).__name__}: {error}; expected {allowed}"
-    assert isinstance(error, ChatledgerError | ValueError | TypeError | asyncio.CancelledError), error
+    assert isinstance(
+        error, ChatledgerError | ValueError | TypeError | asyncio.CancelledError | ADK_ERRORS
+    ), error
 
 
 def no_surprise(outcome: Outcome, what: str) -> None:
@@ -183,6 +200,9 @@ class World:
     rein_observer: LedgerSessionStore
     mirror_observer: LedgerSessionStorage
     mirror_rein_observer: LedgerSessionStore
+    #: The OpenAI Agents and ADK readers of the database and of the mirror.
+    openai_observers: tuple[Ledger, Ledger]
+    adk_observers: tuple[LedgerSessionService, LedgerSessionService]
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     #: What the histories met: outcomes per call kind, faults met (printed at the end).
     tally: Counter[str] = field(default_factory=Counter)
@@ -274,9 +294,15 @@ async def open_world(database: Database, tmp: Path) -> World:
         stack.push_async_callback(observer.close)
     for rein_observer in rein_observers:
         stack.push_async_callback(rein_observer.aclose)
+    ledgers = (Ledger(database.url), Ledger(mirror))
+    services = (LedgerSessionService(database.url), LedgerSessionService(mirror))
+    for ledger in ledgers:
+        stack.push_async_callback(ledger.close)
+    for service in services:
+        stack.push_async_callback(service.close)
     return World(
         database, database.url, proxy, mirror, tmp, observers[0], rein_observers[0], observers[1],
-        rein_observers[1], stack,
+        rein_observers[1], ledgers, services, stack,
     )  # fmt: skip
 
 
@@ -329,6 +355,12 @@ class HistoryMachine(RuleBasedStateMachine):
         self.ids = [self.ns + suffix for suffix in SUFFIXES]
         self.zett = {id: ZettModel() for id in self.ids}
         self.rein = {id: ReinModel() for id in self.ids}
+        self.openai = {id: LogModel() for id in self.ids}
+        self.adk = {id: LogModel() for id in self.ids}
+        #: Every kind's models, by the kind's name (what export and copy count).
+        self.models: dict[str, dict[str, Any]] = {
+            "zett": self.zett, "rein": self.rein, "openai": self.openai, "adk": self.adk,
+        }  # fmt: skip
         # Store 0 direct; on the servers 1 through the proxy, 2 through it with a short
         # retry budget (the one that gives up: OutcomeUnknown).
         self.stores = [
@@ -340,11 +372,23 @@ class HistoryMachine(RuleBasedStateMachine):
             LedgerSessionStore(world.url),
             LedgerSessionStore(world.proxied, retry_timeout=SHORT_BUDGET),
         ]
+        # As the zett stores: direct, through the proxy, through it with a short budget.
+        self.ledgers = [
+            Ledger(world.url),
+            Ledger(world.proxied),
+            Ledger(world.proxied, retry_timeout=SHORT_BUDGET),
+        ]
+        self.services = [
+            LedgerSessionService(world.url),
+            LedgerSessionService(world.proxied, retry_timeout=SHORT_BUDGET),
+        ]
+        #: A step wrote OpenAI or ADK sessions: the invariant reads them back.
+        self.logs_changed = False
         self.counter = itertools.count(1)
         self.checkpoint_ids: set[str] = set()
         self.exports: list[Export] = []
         #: What the mirror database holds of this namespace: (kind, id) -> the model then.
-        self.mirrored: dict[tuple[str, str], ZettModel | ReinModel] = {}
+        self.mirrored: dict[tuple[str, str], ZettModel | ReinModel | LogModel] = {}
         self.events: list[str] = []
 
     def run(self, function: Callable[..., Awaitable[Any]], *args: Any) -> Any:
@@ -365,6 +409,10 @@ class HistoryMachine(RuleBasedStateMachine):
                 await store.close()
             for rein_store in self.rein_stores:
                 await rein_store.aclose()
+            for ledger in self.ledgers:
+                await ledger.close()
+            for service in self.services:
+                await service.close()
 
         self.portal.call(close)
 
@@ -791,6 +839,183 @@ class HistoryMachine(RuleBasedStateMachine):
         found = self.run(self.rein_stores[store].aload_versioned, id)
         check_rein(found, self.rein[id], f"rein load of {id!r}")
 
+    # -- OpenAI Agents ------------------------------------------------------------------
+
+    async def _read_log(self, kind: str, id: str, *, mirror: bool = False) -> tuple[bool, list[str]]:
+        """Whether an OpenAI or ADK session is live (an OpenAI one: holds items), and the
+        texts of its items or events, as the adapter reads them."""
+        if kind == "openai":
+            ledger = self.world.openai_observers[1 if mirror else 0]
+            items = [str(item["content"]) for item in await LedgerSession(id, ledger=ledger).get_items()]
+            return bool(items), items
+        service = self.world.adk_observers[1 if mirror else 0]
+        found = await service.get_session(app_name=ADK_APP, user_id=ADK_USER, session_id=id)
+        if found is None:
+            return False, []
+        texts = [str(part.text) for item in found.events if item.content for part in item.content.parts or []]
+        return True, texts
+
+    async def _entries(self, kind: str, id: str) -> list[str]:
+        return (await self._read_log(kind, id))[1]
+
+    async def _check_log(
+        self, kind: str, id: str, model: LogModel, what: str, *, mirror: bool = False
+    ) -> None:
+        assert await self._read_log(kind, id, mirror=mirror) == (model.live, model.entries), (what, model)
+
+    @rule(
+        calls=st.lists(st.tuples(stores, keys, st.integers(1, 2), cancels), min_size=1, max_size=3),
+        fault=faults,
+    )
+    def openai_adds(self, calls: list[tuple[int, int, int, float | None]], fault: str) -> None:
+        """Up to three OpenAI adds (of one or two items) at once, from different ledgers."""
+        calls = [(self.through(calls[0][0], fault), *calls[0][1:]), *calls[1:]]
+        self.run(self._openai_adds, calls, fault)
+
+    async def _openai_adds(self, calls: list[tuple[int, int, int, float | None]], fault: str) -> None:
+        self.logs_changed = True
+        plan = [
+            (store, self.ids[key], [self.fresh_text("o") for _ in range(count)], cancel)
+            for store, key, count, cancel in calls
+        ]
+
+        def add(store: int, id: str, texts: list[str]) -> Callable[[], Awaitable[None]]:
+            session = LedgerSession(id, ledger=self.ledgers[store])
+            return lambda: session.add_items([{"role": "user", "content": text} for text in texts])
+
+        outcomes = await self.group(
+            [(add(store, id, texts), cancel) for store, id, texts, cancel in plan], fault, "openai add"
+        )
+        for id in dict.fromkeys(id for _, id, _, _ in plan):
+            model = self.openai[id]
+            mine = [(texts, outcomes[n]) for n, (_, each, texts, _) in enumerate(plan) if each == id]
+            what = f"openai adds to {id!r}"
+            stored = await self._entries("openai", id)
+            kept = model.entries if model.live else []
+            assert stored[: len(kept)] == kept, (what, stored, model)
+            # What follows: the adds applied, each whole, in one piece, once.
+            rest, applied = stored[len(kept) :], []
+            while rest:
+                match = [texts for texts, _ in mine if texts[0] == rest[0] and texts not in applied]
+                assert match and rest[: len(match[0])] == match[0], (what, stored, mine)
+                applied.append(match[0])
+                rest = rest[len(match[0]) :]
+            for texts, outcome in mine:
+                if outcome.error is None:
+                    assert texts in applied, f"{what}: {texts} acknowledged, not stored: {stored}"
+                elif outcome.unavailable:
+                    assert texts not in applied, f"{what}: {texts} StorageUnavailable, yet stored"
+                else:
+                    no_surprise(outcome, what)
+            for texts in applied:
+                model.add(texts)
+
+    @rule(store=stores, key=keys, fault=faults, cancel=cancels)
+    def openai_clear(self, store: int, key: int, fault: str, cancel: float | None) -> None:
+        """Clear an OpenAI session that holds items (the first such from ``key`` on)."""
+        live = [id for id in self.ids[key:] + self.ids[:key] if self.openai[id].live]
+        if not live:
+            self.events.append("openai clear: nothing to clear")
+            return
+        id = live[0]
+        self.run(self._openai_clear, self.through(store, fault), id, fault, cancel)
+
+    async def _openai_clear(self, store: int, id: str, fault: str, cancel: float | None) -> None:
+        self.logs_changed = True
+        model = self.openai[id]
+        session = LedgerSession(id, ledger=self.ledgers[store])
+        (outcome,) = await self.group([(session.clear_session, cancel)], fault, "openai clear")
+        what = f"openai clear of {id!r}"
+        if outcome.error is not None:
+            no_surprise(outcome, what)
+            stored = await self._entries("openai", id)
+            if stored == model.entries:
+                return  # not applied
+            assert not outcome.unavailable and stored == [], (what, stored, model)
+        model.delete()
+
+    # -- ADK ------------------------------------------------------------------------------
+
+    async def _adk_create(self, id: str) -> None:
+        model = self.adk[id]
+        create = functools.partial(
+            self.services[0].create_session, app_name=ADK_APP, user_id=ADK_USER, session_id=id
+        )
+        outcome = await _one(create, None)
+        self.events.append(f"adk create: {type(outcome.error).__name__ if outcome.error else 'ok'}")
+        if model.live:
+            expect_error(outcome, AlreadyExistsError, what=f"adk create of live {id!r}")
+            return
+        assert outcome.error is None, f"adk create of {id!r}: raised {outcome.error!r}"
+        model.create()
+
+    @rule(store=st.integers(0, 1), key=keys, fault=faults, cancel=cancels)
+    def adk_append(self, store: int, key: int, fault: str, cancel: float | None) -> None:
+        """One ADK append from a session just read (created first, or again, when there
+        is none: a create of a live one is refused); an ambiguous one is settled by
+        repeating the identical ``Event``, which must be stored once."""
+        self.run(
+            self._adk_append,
+            1 if fault != "none" and self.world.proxy else store,
+            self.ids[key],
+            fault,
+            cancel,
+        )
+
+    async def _adk_append(self, store: int, id: str, fault: str, cancel: float | None) -> None:
+        self.logs_changed = True
+        model = self.adk[id]
+        service = self.services[store]
+        get = functools.partial(service.get_session, app_name=ADK_APP, user_id=ADK_USER, session_id=id)
+        if not model.live or store == 0:
+            await self._adk_create(id)
+        session = await get()
+        assert session is not None, f"adk session {id!r} lost"
+        text = self.fresh_text("e")
+        made = adk_event(text)
+        (outcome,) = await self.group(
+            [(lambda: service.append_event(session, made), cancel)], fault, "adk append"
+        )
+        what = f"adk append of {text} to {id!r}"
+        if outcome.error is not None:
+            no_surprise(outcome, what)
+            if outcome.unavailable:
+                assert text not in await self._entries("adk", id), f"{what}: StorageUnavailable, yet stored"
+            again = await get()  # the identical Event, from the session as stored now
+            assert again is not None, what
+            outcome = await _one(lambda: service.append_event(again, made), None)
+        assert outcome.error is None, f"{what}: raised {outcome.error!r}"
+        model.add([text])
+
+    @rule(store=st.integers(0, 1), key=keys, fault=faults, cancel=cancels)
+    def adk_delete(self, store: int, key: int, fault: str, cancel: float | None) -> None:
+        self.run(
+            self._adk_delete,
+            1 if fault != "none" and self.world.proxy else store,
+            self.ids[key],
+            fault,
+            cancel,
+        )
+
+    async def _adk_delete(self, store: int, id: str, fault: str, cancel: float | None) -> None:
+        self.logs_changed = True
+        model = self.adk[id]
+        service = self.services[store]
+        delete = functools.partial(service.delete_session, ADK_APP, ADK_USER, id)
+        (outcome,) = await self.group([(delete, cancel)], fault, "adk delete")
+        what = f"adk delete of {id!r}"
+        if outcome.error is not None:
+            no_surprise(outcome, what)
+            live, _ = await self._read_log("adk", id)
+            assert not (outcome.unavailable and model.live and not live), (
+                f"{what}: StorageUnavailable, yet applied"
+            )
+            if model.live and not live:
+                model.delete()
+            return
+        if model.live:
+            model.delete()
+
     # -- purge ------------------------------------------------------------------------
 
     @rule(
@@ -809,6 +1034,7 @@ class HistoryMachine(RuleBasedStateMachine):
         self.run(self._purge, self.ns + prefix, older_than_zero, racer)
 
     async def _purge(self, prefix: str, older_than_zero: bool, racer: tuple[int, int, float] | None) -> None:
+        self.logs_changed = True
         before = {id: model.frozen() for id, model in self.zett.items()}
         purging = purge_sessions(self.world.url, prefix, older_than_zero=older_than_zero)
         racing: tuple[str, Message, Outcome] | None = None
@@ -858,6 +1084,14 @@ class HistoryMachine(RuleBasedStateMachine):
                 rein.delete()
             elif rein.live and not live:
                 raise AssertionError(f"purge of {prefix!r} deleted rein session {id!r}")
+        for kind in ("openai", "adk"):
+            for id, log in self.models[kind].items():
+                live, _ = await self._read_log(kind, id)
+                if log.live and id.startswith(prefix):
+                    assert not live, f"purge of {prefix!r} left {kind} session {id!r}"
+                    log.delete()
+                elif log.live and not live:
+                    raise AssertionError(f"purge of {prefix!r} deleted {kind} session {id!r}")
 
     @rule(store=stores, fault=faults)
     def purge_tombstones(self, store: int, fault: str) -> None:
@@ -906,17 +1140,22 @@ class HistoryMachine(RuleBasedStateMachine):
         self.run(self._export_import, [self.ids[key] for key in sorted(chosen)], which, proxied, fault)
 
     def _revisions(self, ids: Sequence[str]) -> dict[tuple[str, str], int]:
-        revisions = {("zett", id): self.zett[id].revision for id in ids if self.zett[id].row}
-        revisions.update({("rein", id): self.rein[id].revision for id in ids if self.rein[id].row})
-        return revisions
+        return {
+            (kind, id): models[id].revision
+            for kind, models in self.models.items()
+            for id in ids
+            if models[id].row
+        }
 
-    def _model(self, kind: str, id: str) -> ZettModel | ReinModel:
-        return self.zett[id] if kind == "zett" else self.rein[id]
+    def _model(self, kind: str, id: str) -> ZettModel | ReinModel | LogModel:
+        model: ZettModel | ReinModel | LogModel = self.models[kind][id]
+        return model
 
     def _current(self, kind: str, id: str) -> int:
-        return self.zett[id].revision if kind == "zett" else self.rein[id].revision
+        return self._model(kind, id).revision
 
     async def _export_import(self, ids: list[str], which: str, proxied: bool, fault: str) -> None:
+        self.logs_changed = True
         path = self.world.tmp / f"{self.ns.rstrip('/')}-{next(self.counter)}.jsonl"
         with path.open("w", encoding="utf-8", newline="\n") as output:
             await export(self.world.url, output, ids=ids)
@@ -958,7 +1197,7 @@ class HistoryMachine(RuleBasedStateMachine):
         for (kind, id), revision in self._revisions(ids).items():
             there = self.mirrored.get((kind, id))
             if there is None:
-                self.mirrored[(kind, id)] = (self.zett[id] if kind == "zett" else self.rein[id]).frozen()
+                self.mirrored[(kind, id)] = self._model(kind, id).frozen()
                 arrived.append((kind, id))
             elif there.revision == revision:
                 identical += 1
@@ -971,6 +1210,8 @@ class HistoryMachine(RuleBasedStateMachine):
             model = self.mirrored[(kind, id)]
             if isinstance(model, ZettModel):
                 await check_zett(self.world.mirror_observer, id, model, f"the copy of {id!r}")
+            elif isinstance(model, LogModel):
+                await self._check_log(kind, id, model, f"the copy of {kind} session {id!r}", mirror=True)
             else:
                 check_rein(
                     await self.world.mirror_rein_observer.aload_versioned(id), model, f"the copy of {id!r}"
@@ -1032,6 +1273,11 @@ class HistoryMachine(RuleBasedStateMachine):
             if row is not None:
                 assert (row.version, not row.tombstone) == (model.version, model.live), (id, row, model)
             check_rein(await self.world.rein_observer.aload_versioned(id), model, f"rein session {id!r}")
+        if self.logs_changed:  # only their own steps, purges and imports write them
+            self.logs_changed = False
+            for kind in ("openai", "adk"):
+                for id, log in self.models[kind].items():
+                    await self._check_log(kind, id, log, f"{kind} session {id!r}")
 
 
 # -- comparing what a store returns with the model ---------------------------------------

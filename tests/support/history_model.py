@@ -143,3 +143,41 @@ class ReinModel:
 
     def frozen(self) -> ReinModel:
         return copy.deepcopy(self)
+
+
+@dataclass
+class LogModel:
+    """One OpenAI Agents or ADK session id: the texts of its live entries (items,
+    events), in order. A clear or delete leaves a tombstone (``row``, not ``live``);
+    an OpenAI add, or an ADK create, after it starts the id again."""
+
+    row: bool = False
+    live: bool = False
+    entries: list[str] = field(default_factory=list)
+    revision: int = 0
+    #: Never set: the histories purge no tombstone of these kinds.
+    marked: bool = False
+
+    def add(self, texts: list[str]) -> None:
+        """Entries appended (an OpenAI add starts a cleared or new id)."""
+        if not self.live:
+            self.entries = []
+        self.row = self.live = True
+        self.entries.extend(texts)
+        self.revision += 1
+
+    def create(self) -> None:
+        """An ADK session created (again)."""
+        assert not self.live
+        self.row = self.live = True
+        self.entries = []
+        self.revision += 1
+
+    def delete(self) -> None:
+        assert self.live
+        self.live = False
+        self.entries = []
+        self.revision += 1
+
+    def frozen(self) -> LogModel:
+        return copy.deepcopy(self)

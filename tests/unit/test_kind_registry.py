@@ -1,6 +1,7 @@
 """The registry of session kinds (:mod:`chatledger.kinds`): every registered kind gives
 every datum and operation it must, and has its revision's golden DDL, its extra, its
-contract in ``chatledger.testing``, a test running that contract and its docs page;
+contract in ``chatledger.testing``, a test running that contract, its kind driver
+(``chatledger.testing.kinds``) and its docs page;
 and no code outside the adapter packages and the registry compares a kind's name --
 it asks the kind object instead.
 
@@ -24,6 +25,7 @@ from chatledger import kinds
 from chatledger.kinds import SessionKind, base
 from chatledger.schema import metadata
 from chatledger.testing import CONTRACTS
+from chatledger.testing.kinds import driver_of
 
 from .test_backend_registry import comparisons
 
@@ -128,6 +130,8 @@ def gaps(registered: Iterable[SessionKind]) -> dict[str, list[str]]:
             lacks.append(f"its contract in chatledger.testing ({module}, listed in CONTRACTS)")
         if contract is None or not _runs(contract):
             lacks.append("a test module running its contract on its store (tests/test_*.py)")
+        if contract is None or driver_of(kind) is None:
+            lacks.append(f"its kind driver ({module}.driver(), chatledger.testing.kinds)")
         if not (DOCS / f"{kind.extra}.md").is_file():
             lacks.append(f"its docs page (docs/{kind.extra}.md)")
         missing[kind.name] = lacks
@@ -260,6 +264,7 @@ def test_a_stub_fifth_kind_lists_exactly_what_it_lacks(registry: None, stub_pack
             "its contract in chatledger.testing (chatledger.testing.chatledger_stub_crew, listed in "
             "CONTRACTS)",
             "a test module running its contract on its store (tests/test_*.py)",
+            "its kind driver (chatledger.testing.chatledger_stub_crew.driver(), chatledger.testing.kinds)",
             "its docs page (docs/crewai.md)",
         ]
     }

@@ -13,6 +13,11 @@ and langgraph's checkpoint conformance package do):
 - :class:`AdkSessionServiceContract` (``chatledger.testing.adk``): Google ADK's
   ``BaseSessionService``; the fixture is ``service``.
 
+Beside them, :mod:`chatledger.testing.kinds` holds the kind contract: the promises
+every kind of session keeps through chatledger's core (identity, exactly once across a
+lost COMMIT reply, a write overtaken by a delete, delete and purge, moves), run for
+each registered kind through the ``driver()`` of its module here.
+
 ::
 
     # tests/test_my_store.py
@@ -52,7 +57,7 @@ CONTRACTS = {
 
 # pytest rewrites the asserts of test modules only; these modules' failures should
 # say what differed too.
-pytest.register_assert_rewrite(*sorted(set(CONTRACTS.values())))
+pytest.register_assert_rewrite(*sorted({*CONTRACTS.values(), f"{__name__}.kinds"}))
 
 __all__ = [*CONTRACTS, "CONTRACTS", "expected_to_differ"]
 

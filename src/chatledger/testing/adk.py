@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from google.adk.errors import StaleSessionError
@@ -21,6 +21,9 @@ from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
 from google.genai import types
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "AdkSessionServiceContract", "event"]
 
@@ -313,3 +316,71 @@ class AdkSessionServiceContract:
 
 for _name, _test in TESTS.items():
     setattr(AdkSessionServiceContract, _name, staticmethod(_test))
+
+
+# -- the kind driver (chatledger.testing.kinds) --------------------------------------------
+
+#: The app and user of the kind contract's ADK sessions.
+DRIVER_APP, DRIVER_USER = "kind-contract", "u"
+DRIVER_SCOPE = {"app_name": DRIVER_APP, "user_id": DRIVER_USER}
+
+
+class _Writer:
+    """A :class:`chatledger.testing.kinds.Writer` of ADK sessions: chatledger's service."""
+
+    def __init__(self, url: Any, **options: Any) -> None:
+        from ..adk import LedgerSessionService
+
+        self.service = LedgerSessionService(url, **options)
+        self.ledger = self.service.ledger
+        #: The events written with an id, by (id, text): a repeat is the same ``Event``.
+        self.events: dict[tuple[str, str], Event] = {}
+
+    async def ready(self) -> None:
+        await self.ledger.ensure_ready()
+
+    async def create(self, session_id: str) -> Any:
+        return await self.service.create_session(
+            app_name=DRIVER_APP, user_id=DRIVER_USER, session_id=session_id
+        )
+
+    async def write(
+        self, handle: Any, text: str, *, write_id: str | None = None, in_transaction: bool = False
+    ) -> str:
+        made = event(text)
+        if write_id is not None:
+            made = self.events.setdefault((write_id, text), made)
+            made.id = write_id
+        stored = await self.service.append_event(handle, made)
+        return str(stored.id)
+
+    async def texts(self, session_id: str) -> list[str]:
+        found = await self.service.get_session(
+            app_name=DRIVER_APP, user_id=DRIVER_USER, session_id=session_id
+        )
+        if found is None:
+            return []
+        return [str(part.text) for item in found.events if item.content for part in item.content.parts or []]
+
+    async def stale_write(self, handle: Any, text: str) -> str:
+        return await self.write(handle, text)
+
+    def commit_point(self, text: str, *, in_transaction: bool) -> bytes | None:
+        return None
+
+    async def close(self) -> None:
+        await self.service.close()
+
+
+def driver() -> Driver:
+    """The ADK kind's driver for :mod:`chatledger.testing.kinds`."""
+    from .. import kinds
+    from .kinds import Driver
+
+    return Driver(
+        kinds.ADK,
+        _Writer,
+        identity="ADK Event.id",
+        scope=DRIVER_SCOPE,
+        refused=(SessionNotFoundError, StaleSessionError),
+    )

@@ -23,7 +23,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
@@ -32,6 +32,9 @@ from agents.memory import OpenAIResponsesCompactionSession, Session, SessionSett
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "OpenAISessionContract", "ScriptedModel", "adder_agent"]
 
@@ -286,3 +289,63 @@ class OpenAISessionContract:
 
 for _name, _test in TESTS.items():
     setattr(OpenAISessionContract, _name, staticmethod(_test))
+
+
+# -- the kind driver (chatledger.testing.kinds) --------------------------------------------
+
+
+class _Writer:
+    """A :class:`chatledger.testing.kinds.Writer` of OpenAI Agents sessions: chatledger's
+    ``LedgerSession`` on a ledger of its own."""
+
+    def __init__(self, url: Any, **options: Any) -> None:
+        from ..engine import Ledger
+
+        self.ledger = Ledger(url, **options)
+
+    async def ready(self) -> None:
+        await self.ledger.ensure_ready()
+
+    def _session(self, session_id: str) -> Any:
+        from ..openai_agents import LedgerSession
+
+        return LedgerSession(session_id, ledger=self.ledger)
+
+    async def create(self, session_id: str) -> str:
+        return session_id  # a session begins with its first add
+
+    async def write(
+        self, handle: str, text: str, *, write_id: str | None = None, in_transaction: bool = False
+    ) -> None:
+        item: TResponseInputItem = {"role": "user", "content": text}
+        if write_id is None:
+            await self._session(handle).add_items([item])
+            return
+        # ``add_items`` with its first item's id fixed, as its retry after a lost COMMIT is.
+        from ..openai_agents import items as _items
+        from ..openai_agents.session import _encode
+
+        await _items.add(self.ledger, handle, [write_id], _encode([item], False))
+
+    async def texts(self, session_id: str) -> list[str]:
+        return [str(item.get("content")) for item in await self._session(session_id).get_items()]
+
+    async def stale_write(self, handle: str, text: str) -> None:
+        await self.write(handle, text)
+
+    def commit_point(self, text: str, *, in_transaction: bool) -> bytes | None:
+        return None
+
+    async def close(self) -> None:
+        await self.ledger.close()
+
+
+def driver() -> Driver:
+    """The OpenAI Agents kind's driver for :mod:`chatledger.testing.kinds`: a write
+    after a clear or delete starts the session again (the SDK's semantics)."""
+    from .. import kinds
+    from .kinds import Driver
+
+    return Driver(
+        kinds.OPENAI, _Writer, identity="the first item's id (add_items fixes it before its first attempt)"
+    )

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import rein
 from rein import Agent, LoopConfig, MockProvider, Session, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "ReinStoreContract", "add", "tool_agent"]
 
@@ -146,3 +149,73 @@ class ReinStoreContract:
 
 for _name, _test in TESTS.items():
     setattr(ReinStoreContract, _name, staticmethod(_test))
+
+
+# -- the kind driver (chatledger.testing.kinds) --------------------------------------------
+
+
+class _Handle:
+    """A rein session as a writer holds it: the ``Session`` and the version it saved."""
+
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.session = Session()
+        self.version = 0
+
+
+class _Writer:
+    """A :class:`chatledger.testing.kinds.Writer` of rein sessions: chatledger's store."""
+
+    def __init__(self, url: Any, **options: Any) -> None:
+        from ..rein import LedgerSessionStore
+
+        self.store = LedgerSessionStore(url, **options)
+        self.ledger = self.store.ledger
+
+    async def ready(self) -> None:
+        await self.store.acontains(f"ready-{uuid.uuid4()}")  # on the store's own loop
+
+    async def create(self, session_id: str) -> _Handle:
+        return _Handle(session_id)  # a session begins with its first save
+
+    async def write(
+        self, handle: _Handle, text: str, *, write_id: str | None = None, in_transaction: bool = False
+    ) -> int:
+        if write_id is not None:
+            raise ValueError("write_id: rein's saves mint their own")
+        session = handle.session.model_copy(deep=True)
+        session.messages.append(rein.Message(role="user", content=text))
+        await self.store.asave(handle.id, session)
+        handle.session = session
+        handle.version += 1
+        return handle.version
+
+    async def texts(self, session_id: str) -> list[str]:
+        found = await self.store.aload_versioned(session_id)
+        return [] if found is None else [str(message.content) for message in found.session.messages]
+
+    async def stale_write(self, handle: _Handle, text: str) -> None:
+        session = handle.session.model_copy(deep=True)
+        session.messages.append(rein.Message(role="user", content=text))
+        await self.store.asave(handle.id, session, expected_version=handle.version)
+
+    def commit_point(self, text: str, *, in_transaction: bool) -> bytes | None:
+        return None
+
+    async def close(self) -> None:
+        await self.store.aclose()
+
+
+def driver() -> Driver:
+    """The rein kind's driver for :mod:`chatledger.testing.kinds`."""
+    from .. import kinds
+    from ..errors import VersionConflict
+    from .kinds import Driver
+
+    return Driver(
+        kinds.REIN,
+        _Writer,
+        identity="each save mints its write id (rein_writes.write_id): a repeat is another save",
+        caller_ids=False,
+        refused=(VersionConflict,),
+    )

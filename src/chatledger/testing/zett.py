@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from zett_agent.extensions.compaction import CompactedMessage
@@ -41,6 +41,9 @@ from zett_agent.messages import (
 )
 from zett_agent.model import ModelUsage
 from zett_agent.storage import MessageKind
+
+if TYPE_CHECKING:
+    from .kinds import Driver
 
 __all__ = ["TESTS", "ZettStorageContract"]
 
@@ -606,3 +609,56 @@ class ZettStorageContract:
 
 for _name, _test in TESTS.items():
     setattr(ZettStorageContract, _name, staticmethod(_test))
+
+
+# -- the kind driver (chatledger.testing.kinds) --------------------------------------------
+
+
+class _Writer:
+    """A :class:`chatledger.testing.kinds.Writer` of zett sessions: chatledger's store."""
+
+    def __init__(self, url: Any, **options: Any) -> None:
+        from ..zett import LedgerSessionStorage
+
+        self.storage = LedgerSessionStorage(url, **options)
+        self.ledger = self.storage.ledger
+
+    async def ready(self) -> None:
+        await self.ledger.ensure_ready()
+
+    async def create(self, session_id: str) -> str:
+        return session_id  # a session begins with its first append
+
+    async def write(
+        self, handle: str, text: str, *, write_id: str | None = None, in_transaction: bool = False
+    ) -> int:
+        title = f"title {text}"[:200] if in_transaction else None  # a changed title: a transaction
+        sequence: int = await self.storage.append(
+            handle, "contract", UserMessage(content=text), message_id=write_id, title=title
+        )
+        return sequence
+
+    async def texts(self, session_id: str) -> list[str]:
+        return [str(record.message.content) for record in await self.storage.list_raw_messages(session_id)]
+
+    async def stale_write(self, handle: str, text: str) -> int:
+        return await self.write(handle, text)
+
+    def commit_point(self, text: str, *, in_transaction: bool) -> bytes | None:
+        # An append to a live session is one statement that commits itself, where the
+        # backend has one: found by its unique text.
+        if self.ledger.single_append is not None and not in_transaction:
+            return text.encode()
+        return None
+
+    async def close(self) -> None:
+        await self.storage.close()
+
+
+def driver() -> Driver:
+    """The zett kind's driver for :mod:`chatledger.testing.kinds`."""
+    from .. import kinds
+    from ..errors import SessionDeleted
+    from .kinds import Driver
+
+    return Driver(kinds.ZETT, _Writer, identity="message_id", refused=(SessionDeleted,))
