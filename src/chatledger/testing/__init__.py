@@ -12,6 +12,9 @@ and langgraph's checkpoint conformance package do):
   Agents SDK's ``Session``; the fixture is ``open_session`` (``session_id -> Session``).
 - :class:`AdkSessionServiceContract` (``chatledger.testing.adk``): Google ADK's
   ``BaseSessionService``; the fixture is ``service``.
+- :class:`LangGraphCheckpointerContract` (``chatledger.testing.langgraph``): LangGraph's
+  ``BaseCheckpointSaver``, by LangGraph's own conformance suite; the fixture is
+  ``checkpointer`` (a function yielding a fresh checkpointer).
 
 ::
 
@@ -26,7 +29,8 @@ and langgraph's checkpoint conformance package do):
                 yield opened
 
 The suites need pytest, pytest-asyncio (``asyncio_mode = "auto"``) and the
-framework's package (the ``zett`` / ``rein`` / ``openai-agents`` / ``adk`` extra). Nothing
+framework's package (the ``zett`` / ``rein`` / ``openai-agents`` / ``adk`` / ``langgraph``
+extra; LangGraph's also ``langgraph-checkpoint-conformance``). Nothing
 here is imported by
 ``chatledger`` itself: the library never loads pytest.
 """
@@ -48,6 +52,7 @@ CONTRACTS = {
     "ReinStoreContract": "chatledger.testing.rein",
     "OpenAISessionContract": "chatledger.testing.openai_agents",
     "AdkSessionServiceContract": "chatledger.testing.adk",
+    "LangGraphCheckpointerContract": "chatledger.testing.langgraph",
 }
 
 # pytest rewrites the asserts of test modules only; these modules' failures should
