@@ -306,6 +306,18 @@ ADK = SessionKind(
     ),
 )
 
+#: The tables AsyncPostgresSaver (and AIOMySQLSaver) create in whatever database they
+#: are given, and the columns the import reads.
+LANGGRAPH_OWN_TABLES: Mapping[str, frozenset[str]] = {
+    "checkpoints": frozenset(
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
+    ),
+    "checkpoint_blobs": frozenset({"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"}),
+    "checkpoint_writes": frozenset(
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type", "blob"}
+    ),
+}
+
 #: LangGraph's threads: a thread row (generation and tombstone, with the horizon of its
 #: deleted checkpoints), its checkpoints, their channel values and pending writes.
 LANGGRAPH = SessionKind(
@@ -356,6 +368,19 @@ LANGGRAPH = SessionKind(
         Counter("writes", rows=langgraph_writes_table),
     ),
     entry="checkpoint",
+    moves_in=MoveIn(
+        flag="--langgraph",
+        help="instead of FILE: the database LangGraph's own saver wrote (AsyncPostgresSaver's or "
+        "AIOMySQLSaver's checkpoints, checkpoint_blobs and checkpoint_writes tables, or AsyncSqliteSaver's "
+        "checkpoints and writes)",
+        skipped=("checkpoint", "unreadable, skipped"),
+        beside=Beside(
+            LANGGRAPH_OWN_TABLES,
+            what="LangGraph's own AsyncPostgresSaver (or AIOMySQLSaver) tables",
+            then="give the graphs chatledger.langgraph.LedgerSaver instead of AsyncPostgresSaver "
+            "(docs/langgraph.md)",
+        ),
+    ),
 )
 
 # The registry, in the order the tools handle and report the kinds.
@@ -366,6 +391,7 @@ __all__ = [
     "ADK_OWN_TABLES",
     "ALL",
     "LANGGRAPH",
+    "LANGGRAPH_OWN_TABLES",
     "OPENAI",
     "OPERATIONS",
     "REIN",
