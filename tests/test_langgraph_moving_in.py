@@ -129,9 +129,8 @@ def _plain(url: URL) -> str:
     return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
 
 
+@pytest.mark.requires("langgraph_postgres_saver")
 async def test_async_postgres_savers_tables_move_in(database: Database, target: URL, tmp_path: Path) -> None:
-    if database.backend != "postgresql":
-        pytest.skip("AsyncPostgresSaver's tables are on PostgreSQL")
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     async with fresh_database(database.server, tmp_path, prefix="chatledger_lgpg") as source:
@@ -145,13 +144,12 @@ async def test_async_postgres_savers_tables_move_in(database: Database, target: 
         await _moves_in_once(source, target, before)
 
 
+@pytest.mark.requires("langgraph_postgres_saver")
 async def test_async_postgres_savers_tables_beside_chatledgers_move_in(
     database: Database, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """AsyncPostgresSaver's tables in the application's database, beside chatledger's:
     ``check`` notices them, and the import reads them from that same database."""
-    if database.backend != "postgresql":
-        pytest.skip("AsyncPostgresSaver's tables are on PostgreSQL")
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     async with fresh_database(database.server, tmp_path, prefix="chatledger_lgbe") as url:
@@ -167,6 +165,7 @@ async def test_async_postgres_savers_tables_beside_chatledgers_move_in(
         assert await _ledger_history(url) == before
 
 
+@pytest.mark.requires("langgraph_mysql_saver")
 async def test_langgraph_checkpoint_mysqls_tables_move_in(
     database: Database, target: URL, tmp_path: Path
 ) -> None:
@@ -174,8 +173,6 @@ async def test_langgraph_checkpoint_mysqls_tables_move_in(
     fails on any bytes value with the aiomysql pip resolves beside it (aiomysql's
     ``escape_bytes_prefixed``), so they are written by its PyMySQLSaver: the same
     tables, by the same base class."""
-    if database.backend != "mysql":
-        pytest.skip("langgraph-checkpoint-mysql's tables are on MySQL/MariaDB")
     from langgraph.checkpoint.mysql.pymysql import PyMySQLSaver
 
     async with fresh_database(database.server, tmp_path, prefix="chatledger_lgmy") as source:
