@@ -109,6 +109,8 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
         "SQLiteSession",
         "LedgerSessionService",
         "DatabaseSessionService",
+        "LedgerSaver",
+        "AsyncSqliteSaver",
     }
     data = json.loads(json.dumps(report.to_json()))
     assert data["machine"]["cores"] and data["machine"]["python"]
@@ -117,6 +119,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     table = markdown(report)
     assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
     assert "| OpenAI Agents add_items, 2 items, /s |" in table and "| ADK append_event, /s |" in table
+    assert "| LangGraph put, /s |" in table and "| LangGraph get_tuple latest, thread of 60, /s |" in table
     assert not any(path.name.startswith("chatledger-bench-") for path in _entries(tmp_path))
 
 
@@ -151,17 +154,33 @@ async def test_the_frameworks_section_runs_and_reports_its_rows(database: Databa
     admin = database.server.admin_url if database.server is not None else f"sqlite:///{tmp_path}/"
     said: list[str] = []
     result = await measure_frameworks(resolve_dsn(admin), TINY, random.Random(3), said.append)
-    assert not result.note and len(said) == 2
+    assert not result.note and len(said) == 3
     by_name = {store.name: store for store in result.stores}
     own = {"SQLAlchemySession", "DatabaseSessionService"} | (
         {"SQLiteSession"} if database.server is None else set()
     )
-    assert set(by_name) == {"LedgerSession", "LedgerSessionService", *own}
+    # LangGraph: LedgerSaver and the backend's own saver (one of them).
+    langgraph = [store for store in result.stores if store.framework == "LangGraph"]
+    assert [store.ours for store in langgraph] == [True, False], langgraph
+    assert langgraph[1].name in {"AsyncPostgresSaver", "AsyncSqliteSaver", "AIOMySQLSaver"}
+    assert set(by_name) == {"LedgerSession", "LedgerSessionService", "LedgerSaver", langgraph[1].name, *own}
     openai = {"add_items, 2 items", "get_items(), 12 items", "get_items(20)"}
     adk = {"append_event", "get_session, 12 events", "get_session, newest 20"}
+    saver = {
+        "put",
+        "put_writes, 2 writes",
+        "get_tuple latest, thread of 10",
+        "get_tuple latest, thread of 60",
+        "get_tuple by id",
+        "list(limit=10)",
+    }
+    assert set(langgraph[0].timings) == saver
     for store in result.stores:
         if store.note.startswith("not measured"):  # a framework's own store it could not set up
             assert not store.ours and not store.timings, store.note
+            continue
+        if store.framework == "LangGraph":
+            assert set(store.timings) == saver and store.concurrency is None, store.name
             continue
         assert set(store.timings) == (openai if store.framework == "OpenAI Agents" else adk), store.name
         run = store.concurrency
@@ -176,7 +195,10 @@ async def test_the_frameworks_section_runs_and_reports_its_rows(database: Databa
     assert sdk.timings or "cannot create tables" in sdk.note
     rows = framework_rows(result)
     measured = [store for store in result.stores if store.timings and not store.ours]
-    assert len([row for row in rows if row[0].endswith(", /s")]) == 3 * len(measured)
+    calls = {store.framework: len(store.timings) for store in result.stores if store.ours}
+    assert len([row for row in rows if row[0].endswith(", /s")]) == sum(
+        calls[store.framework] for store in measured
+    )
     assert all(row[3] in by_name for row in rows)
     notes = framework_notes(result)
     assert all(any(store.name in line for line in notes) for store in result.stores if store.note)

@@ -16,6 +16,7 @@ from langgraph.checkpoint.base.id import uuid6
 from sqlalchemy import select
 from sqlalchemy.engine import URL
 
+from chatledger import IdentityConflict
 from chatledger.langgraph import LedgerSaver
 from chatledger.schema import langgraph_threads_table
 
@@ -99,3 +100,32 @@ async def test_put_and_put_writes_lost_in_their_commit_are_stored_once(
             ("task-1", "__interrupt__", {"ask": 1}),
             ("task-1", "messages", "w"),
         ]
+
+
+async def test_a_lost_commit_over_other_content_under_the_key_is_an_identity_conflict(
+    proxy: Proxy, server_url: URL
+) -> None:
+    """The key LangGraph's savers key a checkpoint and a write by is the write's
+    identity: a put (or put_writes) whose COMMIT never arrived, finding that key
+    holding other content, raises IdentityConflict and leaves the stored write as it was."""
+    thread_id = "once-conflict"
+    async with LedgerSaver.from_url(proxy.url(server_url)) as saver:
+        stored = _checkpoint(1)
+        first = await saver.aput(_on(thread_id), stored, {"step": 1}, {"messages": 1})
+        proxy.arm("drop-before", delay=0.0)
+        with pytest.raises(IdentityConflict, match="LangGraph checkpoint"):  # other metadata
+            await asyncio.wait_for(saver.aput(_on(thread_id), stored, {"step": 7}, {"messages": 1}), TIMEOUT)
+        assert not proxy.armed
+        await saver.aput_writes(first, [("messages", "w")], "task-1")
+        proxy.arm("drop-before", delay=0.0)
+        with pytest.raises(IdentityConflict, match="LangGraph write"):
+            await asyncio.wait_for(saver.aput_writes(first, [("messages", "not w")], "task-1"), TIMEOUT)
+        assert not proxy.armed
+        # The same content again, its COMMIT lost: settled as stored, nothing twice.
+        proxy.arm("drop-before", delay=0.0)
+        await asyncio.wait_for(saver.aput_writes(first, [("messages", "w")], "task-1"), TIMEOUT)
+    async with LedgerSaver.from_url(server_url) as direct:
+        found = await direct.aget_tuple(first)
+        assert found is not None and found.metadata["step"] == 1
+        assert found.checkpoint["channel_values"] == {"messages": ["m1"]}
+        assert found.pending_writes == [("task-1", "messages", "w")]

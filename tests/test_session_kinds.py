@@ -23,6 +23,7 @@ from chatledger import kinds, retention
 from chatledger.adk import LedgerSessionService
 from chatledger.dsn import DSN_ENV
 from chatledger.engine import Ledger
+from chatledger.langgraph import LedgerSaver
 from chatledger.migrate import run_on_connection, upgrade_database
 from chatledger.openai_agents import LedgerSession
 from chatledger.openai_agents import items as openai_items
@@ -34,6 +35,7 @@ from chatledger.tools.transfer import export
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.langgraph_graphs import agent, config, question
 from .support.schema_helpers import fresh_database
 
 #: Another application's table in the same database: never chatledger's to count or size.
@@ -56,7 +58,8 @@ async def filled(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
     """A fresh database at head holding a session of every kind: zett ``z`` (2 messages),
     rein ``r``; OpenAI ``o`` (3 items, one popped) and ``gone`` (deleted); ADK ``a`` of
     app ``shop``, user ``ann`` (2 events, ``app:`` and ``user:`` state) and ``gone``
-    (deleted); and another application's table with rows of its own."""
+    (deleted); LangGraph thread ``g`` (5 checkpoints) and ``gone`` (deleted); and
+    another application's table with rows of its own."""
     async with fresh_database(database, tmp_path, "kinds") as url:
         await upgrade_database(url)
         async with LedgerSessionStorage(url) as storage:
@@ -82,6 +85,11 @@ async def filled(database: Database, tmp_path: Path) -> AsyncIterator[URL]:
             await service.create_session(app_name="shop", user_id="ann", session_id="gone")
             await service.delete_session(app_name="shop", user_id="ann", session_id="gone")
 
+        async with LedgerSaver.from_url(url) as saver:
+            await agent(saver).ainvoke(question(1, 2), config("g"))
+            await agent(saver).ainvoke(question(2, 2), config("gone"))
+            await saver.adelete_thread("gone")
+
         def other_application(connection: Connection) -> None:
             FOREIGN.create(connection)
             connection.execute(FOREIGN.insert(), [{"id": n, "body": "x" * 2000} for n in range(1, 201)])
@@ -105,6 +113,20 @@ async def test_stats_counts_every_kind_and_sizes_only_chatledgers_tables(filled:
     assert adk.largest == [SessionSize("shop/ann/a", 2)] and adk.largest_by == "events"
     assert stats.framework("zett").counts["raw_messages"] == 2
     assert stats.framework("rein").counts["sessions"] == 1
+    langgraph = stats.framework("langgraph")
+    assert {name: langgraph.counts[name] for name in ("sessions", "deleted", "checkpoints", "writes")} == {
+        "sessions": 1,
+        "deleted": 1,
+        "checkpoints": 5,
+        "writes": langgraph.counts["writes"],
+    }
+    assert langgraph.counts["blobs"] > 0 and langgraph.counts["writes"] > 0
+    assert langgraph.tables == [
+        "langgraph_threads",
+        "langgraph_checkpoints",
+        "langgraph_blobs",
+        "langgraph_writes",
+    ]
     if stats.size.tables:  # every backend here but a SQLite built without dbstat
         every = {table.name for kind in kinds.registered() for table in kind.tables}
         assert every <= set(stats.size.tables) and "high_water_marks" in stats.size.tables
@@ -142,7 +164,13 @@ async def test_retention_takes_kind_repeated_and_all(filled: URL, capsys: pytest
     assert await run([*purge, "--kind", "openai", "--kind", "adk"]) == 0
     assert json.loads(capsys.readouterr().out)["tombstones"] == {"openai": 1, "adk": 1}
     assert await run([*purge, "--kind", "all"]) == 0
-    assert json.loads(capsys.readouterr().out)["tombstones"] == {"zett": 0, "rein": 0, "openai": 1, "adk": 1}
+    assert json.loads(capsys.readouterr().out)["tombstones"] == {
+        "zett": 0,
+        "rein": 0,
+        "openai": 1,
+        "adk": 1,
+        "langgraph": 1,
+    }
     assert await run([*purge]) == 0  # unless named: the kinds retained by default
     assert json.loads(capsys.readouterr().out)["tombstones"] == {"zett": 0, "rein": 0}
     with pytest.raises(SystemExit):
@@ -194,6 +222,7 @@ async def test_every_tool_names_every_kind(
         assert {table.name for table in travelling.values()} <= set(lines[0]["tables"]), kind.name
         assert set(travelling) & types, kind.name
     assert counts["openai_sessions"] == 2 and counts["adk_sessions"] == 2 and counts["adk_states"] == 2
+    assert counts["langgraph_threads"] == 2 and counts["langgraph_checkpoints"] == 5
     assert await run(["export", "--dsn", dsn, "-o", str(tmp_path / "kinds.jsonl")]) == 0
     summary = capsys.readouterr().out
     assert all(f"{kind.label} session" in summary for kind in kinds.registered()), summary

@@ -99,7 +99,7 @@ def _system(database: Database) -> str:
 async def test_read_stats_counts_sizes_and_largest(filled: URL, database: Database) -> None:
     stats = await read_stats(filled)
     assert stats.system == _system(database)
-    assert [found.name for found in stats.frameworks] == ["zett", "rein", "openai", "adk"]
+    assert [found.name for found in stats.frameworks] == ["zett", "rein", "openai", "adk", "langgraph"]
     zett = stats.framework("zett")
     assert zett.counts == {"sessions": 3, "deleted": 1, "raw_messages": 8, "checkpoints": 2}
     assert zett.largest == [SessionSize("big", 5), SessionSize("mid", 2), SessionSize("again", 1)]

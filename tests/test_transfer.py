@@ -152,6 +152,9 @@ async def test_export_then_import_is_exact_across_backends(source: URL, target: 
         "snapshots": 3,
         "rein_sessions": 2,
         **dict.fromkeys(("openai_sessions", "openai_items", "adk_sessions", "adk_events", "adk_states"), 0),
+        **dict.fromkeys(
+            ("langgraph_threads", "langgraph_checkpoints", "langgraph_blobs", "langgraph_writes"), 0
+        ),
     }
     assert original["header"]["tables"]["raw_messages"] == [column.name for column in raw_messages_table.c]
     path = tmp_path / "sessions.jsonl.gz"

@@ -77,7 +77,8 @@ class Tombstones:
     store: int
     #: The columns a purge checks again, as its page read them (every write moves one).
     versions: tuple[str, ...]
-    #: The columns the mark keeps: the last sequence (``None``: 0) and the version.
+    #: The columns the mark keeps: the last sequence (``None``, or a NULL in it: 0) and
+    #: the version.
     high_water_columns: tuple[str | None, str]
     #: The column that says when a tombstone was deleted.
     deleted: str = "deleted_at"
@@ -107,7 +108,7 @@ class Tombstones:
 
     def high_water(self, seen: Mapping[str, Any]) -> tuple[int, int]:
         sequence, version = self.high_water_columns
-        return (0 if sequence is None else int(seen[sequence])), int(seen[version])
+        return (0 if sequence is None else int(seen[sequence] or 0)), int(seen[version])
 
     def values(self, key: Any) -> tuple[str, ...]:
         """The key's values: ``key`` is the id, or the tuple of a key of several columns."""

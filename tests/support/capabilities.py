@@ -110,6 +110,12 @@ CAPABILITIES: dict[str, Capability] = {
         lacking="a PostgreSQL column may carry a language's collation; the other backends' ids are binary",
     ),
     "connection_collations": only_on("sqlite", lacking="SQLite's column collations"),
+    "langgraph_postgres_saver": only_on(
+        "postgresql", lacking="AsyncPostgresSaver (langgraph-checkpoint-postgres) writes PostgreSQL only"
+    ),
+    "langgraph_mysql_saver": only_on(
+        "mysql", lacking="langgraph-checkpoint-mysql's savers write MySQL/MariaDB only"
+    ),
     "catalog_read_after_lock_wait": only_on(
         "postgresql",
         lacking="the listing and the read share one snapshot on SQLite; MySQL's move commits its DDL",

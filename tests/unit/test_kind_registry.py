@@ -5,7 +5,7 @@ contract in ``chatledger.testing``, a test running that contract, its kind drive
 and no code outside the adapter packages and the registry compares a kind's name --
 it asks the kind object instead.
 
-A stub fifth kind, one small package registered with one line, makes :func:`gaps`
+A stub sixth kind, one small package registered with one line, makes :func:`gaps`
 list exactly what it still lacks: the checklist of adding a framework
 (docs/architecture.md, "Adding a framework"). No database is needed.
 """
@@ -140,8 +140,16 @@ def gaps(registered: Iterable[SessionKind]) -> dict[str, list[str]]:
 
 def test_every_registered_kind_gives_everything() -> None:
     registered = kinds.registered()
-    assert [kind.name for kind in registered] == ["zett", "rein", "openai", "adk"]
+    assert [kind.name for kind in registered] == ["zett", "rein", "openai", "adk", "langgraph"]
     assert gaps(registered) == {kind.name: [] for kind in registered}
+
+
+def test_langgraph_lacks_nothing() -> None:
+    """LangGraph, the fifth kind, touches only its own package, its registration, its
+    revision and golden DDL, its contract and its docs: the gap check lists nothing."""
+    assert gaps([kinds.LANGGRAPH]) == {"langgraph": []}
+    assert kinds.lookup("langgraph") is kinds.LANGGRAPH and kinds.installed(kinds.LANGGRAPH)
+    assert kinds.missing_operations(kinds.LANGGRAPH) == []
 
 
 def test_every_kind_states_its_own_tables_and_records() -> None:
@@ -164,7 +172,7 @@ def test_choosing_kinds() -> None:
     assert kinds.chosen(["adk", "openai"]) == (kinds.OPENAI, kinds.ADK)  # registry order, once each
     assert kinds.chosen(["openai", "all"]) == kinds.registered()
     assert kinds.chosen([], [kinds.ZETT]) == (kinds.ZETT,)
-    with pytest.raises(ValueError, match="kinds must name some of zett, rein, openai, adk"):
+    with pytest.raises(ValueError, match="kinds must name some of zett, rein, openai, adk, langgraph"):
         kinds.chosen(["crew"])
 
 
@@ -199,12 +207,12 @@ def test_no_framework_name_is_compared_outside_the_adapters_and_the_registry(pat
     )
 
 
-# -- a stub fifth kind --------------------------------------------------------------------
+# -- a stub sixth kind --------------------------------------------------------------------
 
-#: The whole of a fifth framework's first adapter package: its ``kind`` module, with the
+#: The whole of a sixth framework's first adapter package: its ``kind`` module, with the
 #: first of its operations. The registry test then lists the rest.
 STUB_KIND = '''
-"""CrewAI's sessions as the tools handle them: a stub, to see what a fifth kind lacks."""
+"""CrewAI's sessions as the tools handle them: a stub, to see what a sixth kind lacks."""
 
 from chatledger.kinds import Listing
 
@@ -243,7 +251,7 @@ def stub_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[st
         del sys.modules[name]
 
 
-def test_a_stub_fifth_kind_lists_exactly_what_it_lacks(registry: None, stub_package: str) -> None:
+def test_a_stub_sixth_kind_lists_exactly_what_it_lacks(registry: None, stub_package: str) -> None:
     kinds.register(SessionKind("crew", "CrewAI", "crewai", "crewai", stub_package))  # the line
 
     assert kinds.lookup("crew").package == stub_package

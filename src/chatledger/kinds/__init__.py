@@ -28,6 +28,10 @@ from ..schema import (
     adk_events_table,
     adk_sessions_table,
     adk_user_states_table,
+    langgraph_blobs_table,
+    langgraph_checkpoints_table,
+    langgraph_threads_table,
+    langgraph_writes_table,
     openai_items_table,
     openai_sessions_table,
     raw_messages_table,
@@ -66,9 +70,11 @@ from .base import (
 )
 from .records import (
     Checkpointed,
+    Grouped,
     Layout,
     Log,
     MarkRule,
+    Part,
     Record,
     Rows,
     layout_counts,
@@ -300,13 +306,92 @@ ADK = SessionKind(
     ),
 )
 
+#: The tables AsyncPostgresSaver (and AIOMySQLSaver) create in whatever database they
+#: are given, and the columns the import reads.
+LANGGRAPH_OWN_TABLES: Mapping[str, frozenset[str]] = {
+    "checkpoints": frozenset(
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id", "checkpoint", "metadata"}
+    ),
+    "checkpoint_blobs": frozenset({"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"}),
+    "checkpoint_writes": frozenset(
+        {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type", "blob"}
+    ),
+}
+
+#: LangGraph's threads: a thread row (generation and tombstone, with the horizon of its
+#: deleted checkpoints), its checkpoints, their channel values and pending writes.
+LANGGRAPH = SessionKind(
+    name="langgraph",
+    label="LangGraph",
+    distribution="langgraph",
+    extra="langgraph",
+    package="chatledger.langgraph",
+    tables=(
+        langgraph_threads_table,
+        langgraph_checkpoints_table,
+        langgraph_blobs_table,
+        langgraph_writes_table,
+    ),
+    # Every write moves ``version``, a delete ``generation``; the mark keeps the horizon
+    # of the deleted checkpoints (``deleted_through``) and the generation.
+    tombstones=Tombstones(
+        langgraph_threads_table,
+        marks.LANGGRAPH,
+        ("version", "deleted_through", "generation"),
+        ("deleted_through", "generation"),
+        leftovers=(
+            (langgraph_checkpoints_table, ("thread_id",)),
+            (langgraph_blobs_table, ("thread_id",)),
+            (langgraph_writes_table, ("thread_id",)),
+        ),
+    ),
+    records=(
+        Grouped(
+            framework="LangGraph",
+            head="langgraph_thread",
+            end="langgraph_thread_end",
+            sessions=langgraph_threads_table,
+            parts=(
+                Part("langgraph_checkpoint", langgraph_checkpoints_table, "langgraph_checkpoints"),
+                Part("langgraph_blob", langgraph_blobs_table, "langgraph_blobs"),
+                Part("langgraph_write", langgraph_writes_table, "langgraph_writes"),
+            ),
+            count="langgraph_threads",
+            mark=MarkRule(marks.LANGGRAPH, "generation", base="deleted_through"),
+            session_column="thread_id",
+            noun="thread",
+        ),
+    ),
+    counters=(
+        Counter("checkpoints", rows=langgraph_checkpoints_table),
+        Counter("blobs", rows=langgraph_blobs_table),
+        Counter("writes", rows=langgraph_writes_table),
+    ),
+    entry="checkpoint",
+    moves_in=MoveIn(
+        flag="--langgraph",
+        help="instead of FILE: the database LangGraph's own saver wrote (AsyncPostgresSaver's or "
+        "AIOMySQLSaver's checkpoints, checkpoint_blobs and checkpoint_writes tables, or AsyncSqliteSaver's "
+        "checkpoints and writes)",
+        skipped=("checkpoint", "unreadable, skipped"),
+        beside=Beside(
+            LANGGRAPH_OWN_TABLES,
+            what="LangGraph's own AsyncPostgresSaver (or AIOMySQLSaver) tables",
+            then="give the graphs chatledger.langgraph.LedgerSaver instead of AsyncPostgresSaver "
+            "(docs/langgraph.md)",
+        ),
+    ),
+)
+
 # The registry, in the order the tools handle and report the kinds.
-register(ZETT, REIN, OPENAI, ADK)
+register(ZETT, REIN, OPENAI, ADK, LANGGRAPH)
 
 __all__ = [
     "ADK",
     "ADK_OWN_TABLES",
     "ALL",
+    "LANGGRAPH",
+    "LANGGRAPH_OWN_TABLES",
     "OPENAI",
     "OPERATIONS",
     "REIN",
@@ -316,6 +401,7 @@ __all__ = [
     "Counter",
     "Field",
     "Found",
+    "Grouped",
     "Layout",
     "Listing",
     "Log",
@@ -323,6 +409,7 @@ __all__ = [
     "MoveIn",
     "MovingIn",
     "Operations",
+    "Part",
     "Ranking",
     "Record",
     "Rows",

@@ -1,8 +1,8 @@
 """How a kind's rows travel in chatledger's export format (``docs/export-format.md``):
 the record types of its tables and the shape they take, as data.
 
-Three shapes serve every kind so far; the export (:mod:`chatledger.tools.export`) and
-the import (:mod:`chatledger.tools.importer`) handle each shape once, whatever kind
+Four shapes serve every kind; the export (:mod:`chatledger.tools.export`) and the
+import (:mod:`chatledger.tools.importer`) handle each shape once, whatever kind
 declares it:
 
 - :class:`Checkpointed`: a counter row, its checkpoints, its raw log and an end
@@ -10,7 +10,10 @@ declares it:
 - :class:`Log`: a counter row, its entries numbered gap-free from
   ``base_sequence + 1`` to ``last_sequence``, and an end record (the OpenAI Agents
   SDK's items, ADK's events);
-- :class:`Rows`: one record per row (rein's sessions, ADK's ``app:``/``user:`` state).
+- :class:`Rows`: one record per row (rein's sessions, ADK's ``app:``/``user:`` state);
+- :class:`Grouped`: a session row, the rows of other tables that name it (keyed by
+  names of their own, in no sequence) and an end record counting each table's rows
+  (LangGraph's threads: checkpoints, channel values, pending writes).
 
 A session shape names the mark its rows must number on from (:class:`MarkRule`), so an
 import never reuses what a purged tombstone kept (:mod:`chatledger.marks`).
@@ -45,7 +48,7 @@ class MarkRule:
 
     def reached(self, row: Mapping[str, Any]) -> tuple[int, int]:
         """The row's base sequence and version (a file lacking a column: its default)."""
-        base = 0 if self.base is None else int(row.get(self.base, 0))
+        base = 0 if self.base is None else int(row.get(self.base) or 0)
         return base, int(row.get(self.version, 1))
 
 
@@ -197,8 +200,64 @@ class Checkpointed:
     marker: str = "deleted_at"
 
 
+@dataclass(frozen=True)
+class Part:
+    """One table of a :class:`Grouped` session's rows: its record type, the table, and
+    the key of the export's counts (and of the end record) that counts its rows."""
+
+    record: str
+    table: Table
+    count: str
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A session as its row and the rows of other tables that name it (by
+    ``session_column``), each table's rows in its key order, in no sequence of the
+    session's, then an end record counting each table's rows. A session is imported
+    whole in one transaction, or, when the target holds its row, compared with it: its
+    row column by column, its other rows by their counts. Reports count its first
+    part's rows as its entries."""
+
+    #: The kind's name in reports: "LangGraph".
+    framework: str
+    #: Record types: the session row and its end.
+    head: str
+    end: str
+    sessions: Table
+    parts: tuple[Part, ...]
+    #: The key of the export's counts that counts its sessions.
+    count: str
+    mark: MarkRule
+    #: The column of every part's table that names the session (its id).
+    session_column: str = "session_id"
+    #: The column a tombstone has set.
+    marker: str = "deleted_at"
+    #: What a session is called in reports: "thread".
+    noun: str = "session"
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return ("id",)
+
+    def key_of(self, row: Mapping[Any, Any]) -> tuple[Any, ...]:
+        return (row["id"],)
+
+    def is_session(self, key: tuple[Any, ...]) -> ColumnElement[bool]:
+        return _matching(self.sessions, ("id",), key[-1:])
+
+    def of_session(self, part: Part, key: tuple[Any, ...]) -> ColumnElement[bool]:
+        return _matching(part.table, (self.session_column,), key[-1:])
+
+    def label(self, key: tuple[Any, ...]) -> str:
+        return f"{self.framework} {self.noun} {key[-1]!r}"
+
+    def end_record(self, key: tuple[Any, ...], counted: Mapping[str, int]) -> Record:
+        return {"type": self.end, "id": key[-1], **{part.count: counted[part.count] for part in self.parts}}
+
+
 #: Every shape a kind's records take.
-Layout = Checkpointed | Log | Rows
+Layout = Checkpointed | Log | Rows | Grouped
 
 
 def record_tables(layout: Layout) -> dict[str, Table]:
@@ -211,6 +270,8 @@ def record_tables(layout: Layout) -> dict[str, Table]:
         }
     if isinstance(layout, Log):
         return {layout.head: layout.sessions, layout.entry: layout.entries}
+    if isinstance(layout, Grouped):
+        return {layout.head: layout.sessions, **{part.record: part.table for part in layout.parts}}
     return {layout.record: layout.table}
 
 
@@ -227,4 +288,6 @@ def layout_counts(layout: Layout) -> tuple[str, ...]:
         return (layout.count, layout.entries_count, layout.checkpoints_count)
     if isinstance(layout, Log):
         return (layout.count, layout.entries_count)
+    if isinstance(layout, Grouped):
+        return (layout.count, *(part.count for part in layout.parts))
     return (layout.count,)

@@ -25,6 +25,7 @@ row again takes it, and the row goes on as the tombstone would have.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import clock, marks
 from ..engine import Ledger
 from ..errors import SessionDeleted
+from ..identity import Found, Generation, Part, WriteIdentity, counter_generation
 from ..savepoints import insert_unless_present
 from ..schema import (
     langgraph_blobs_table,
@@ -141,6 +143,40 @@ def _deleted(thread_id: str) -> SessionDeleted:
     )
 
 
+def _bytes(data: bytes | None) -> str | None:
+    """The content part of serialized bytes: their SHA-256, in hex."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _generation(thread_id: str) -> Generation:
+    """The thread's generation (a delete moves it), or its purged tombstone's mark's."""
+    return counter_generation(
+        _threads,
+        lambda: _threads.c.id == thread_id,
+        "generation",
+        marks.LANGGRAPH,
+        lambda: thread_id,
+        "version",
+    )
+
+
+def _checkpoint_content(
+    parent_checkpoint_id: str | None, type: str, data: bytes, metadata_json: str
+) -> tuple[Part, ...]:
+    return (parent_checkpoint_id, type, _bytes(data), metadata_json)
+
+
+def _writes_content(writes: Iterable[Write | None]) -> tuple[Part, ...]:
+    parts: list[Part] = []
+    for write in writes:
+        parts += (
+            [None]
+            if write is None
+            else [write.task_id, write.idx, write.task_path, write.channel, write.type, _bytes(write.data)]
+        )
+    return tuple(parts)
+
+
 class _Settled(Exception):
     """A retry found, under the thread's lock, the write an earlier attempt's COMMIT made
     after all (the server finished it late): the attempt rolls back (its ``version``
@@ -214,7 +250,9 @@ async def _refuse_stale(
 
 async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str) -> None:
     """Store one checkpoint and the blobs of the channels it changed, in one transaction,
-    exactly once: ``write_id`` (fixed before the first attempt) settles a lost COMMIT.
+    exactly once: its write identity (:mod:`chatledger.identity`) is keyed as LangGraph's
+    savers key a checkpoint, (thread, namespace, checkpoint id), its content the parent,
+    the serialized checkpoint and the metadata; ``write_id`` names the call in the row.
 
     A checkpoint stored already under its key is replaced (as LangGraph's savers do);
     a blob stored already under its (channel, version) is kept. A put to a tombstone
@@ -222,6 +260,9 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
 
     Raises:
         SessionDeleted: the put is a stale write of a deleted thread; nothing written.
+        IdentityConflict: its COMMIT was lost and the checkpoint's key holds other
+            content (another put replaced it, or this one was not committed over an
+            earlier one); nothing of this call written.
     """
     key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
     this = and_(
@@ -232,18 +273,39 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
 
     attempts = 0
 
-    async def settle(conn: AsyncConnection) -> bool | None:
-        # Committed if the row holds this put, or a later one (write ids are UUIDv7s,
-        # time-ordered): a put that replaced it came after it.
-        found = await conn.scalar(select(_checkpoints.c.write_id).where(this))
-        return True if found is not None and found >= write_id else None
+    async def find(conn: AsyncConnection) -> Found[bool] | None:
+        found = (
+            await conn.execute(
+                select(
+                    _checkpoints.c.parent_checkpoint_id,
+                    _checkpoints.c.checkpoint_type,
+                    _checkpoints.c.checkpoint_blob,
+                    _checkpoints.c.metadata_json,
+                ).where(this)
+            )
+        ).one_or_none()
+        if found is None:
+            return None
+        content = _checkpoint_content(
+            found.parent_checkpoint_id, found.checkpoint_type, found.checkpoint_blob, found.metadata_json
+        )
+        return Found(True, content)
+
+    identity = WriteIdentity(
+        marks.key_id(key),
+        _checkpoint_content(row.parent_checkpoint_id, row.type, row.data, row.metadata_json),
+        find=find,
+        generation=_generation(row.thread_id),
+        names="LangGraph checkpoint (thread_id, checkpoint_ns, checkpoint_id)",
+        of="a checkpoint",
+    )
 
     async def work(conn: AsyncConnection) -> bool:
         nonlocal attempts
         attempts += 1
         now = clock.utc_now()
         thread = await lock_thread(conn, ledger, row.thread_id, now)
-        if attempts > 1 and await settle(conn):
+        if attempts > 1 and await identity.settle(conn):
             raise _Settled  # a COMMIT the server finished late: rolled back, then settled
         named = row.parent_checkpoint_id if row.parent_checkpoint_id is not None else row.checkpoint_id
         await _refuse_stale(conn, thread, row.thread_id, row.checkpoint_ns, named)
@@ -264,9 +326,10 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
         )
         if not await insert_unless_present(conn, fresh):
             await conn.execute(update(_checkpoints).where(this).values(**values))
+        identity.made(thread.generation, True)
         return True
 
-    await ledger.write(work, settle=settle, write_id=write_id, first_writes=True)
+    await ledger.write(work, identity=identity, first_writes=True)
 
 
 async def _insert_blobs(
@@ -322,8 +385,16 @@ async def put_writes(
     stored yet (a run saves a step's writes beside its checkpoint's put), but one a
     delete erased is refused.
 
+    Exactly once: its write identity (:mod:`chatledger.identity`) is keyed as LangGraph's
+    savers key a write, (thread, namespace, checkpoint, task, ``idx``), by the call's
+    first write; its content is every write of the call, the stored ones compared with
+    them. ``write_id`` names the call in the rows.
+
     Raises:
         SessionDeleted: the writes are stale writes of a deleted thread; nothing written.
+        IdentityConflict: its COMMIT was lost and the first write's key holds other
+            content (a write of another call, kept or replaced); nothing of this call
+            written.
     """
     if not writes:
         return
@@ -336,24 +407,47 @@ async def put_writes(
 
     first = writes[0]
     attempts = 0
+    # A key given twice in one call is stored once, its first write kept (or, replacing,
+    # its last): the content compared is what the call stores.
+    kept: dict[tuple[str, int], Write] = {}
+    for write in writes:
+        if replace or (write.task_id, write.idx) not in kept:
+            kept[(write.task_id, write.idx)] = write
 
-    async def settle(conn: AsyncConnection) -> bool | None:
-        # Its writes commit together: the first one says. A row of an earlier call with
-        # the same key (kept, not replaced) is no sign: then the next attempt runs, and
-        # finds every key stored.
-        found = await conn.scalar(
-            select(_writes.c.write_id).where(
-                of_checkpoint, _writes.c.task_id == first.task_id, _writes.c.idx == first.idx
+    async def find(conn: AsyncConnection) -> Found[bool] | None:
+        # Its writes commit together: the first one's key says whether it is stored.
+        stored = {
+            (found.task_id, int(found.idx)): _write(found)
+            for found in await conn.execute(
+                select(
+                    _writes.c.task_id,
+                    _writes.c.idx,
+                    _writes.c.task_path,
+                    _writes.c.channel,
+                    _writes.c.value_type,
+                    _writes.c.value_blob,
+                ).where(of_checkpoint, _writes.c.task_id.in_(task_ids))
             )
-        )
-        return True if found is not None and found >= write_id else None
+        }
+        if (first.task_id, first.idx) not in stored:
+            return None
+        return Found(True, _writes_content(stored.get(key) for key in kept))
+
+    identity = WriteIdentity(
+        marks.key_id((thread_id, checkpoint_ns, checkpoint_id, first.task_id, str(first.idx))),
+        _writes_content(kept.values()),
+        find=find,
+        generation=_generation(thread_id),
+        names="LangGraph write (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)",
+        of="a task's writes",
+    )
 
     async def work(conn: AsyncConnection) -> bool:
         nonlocal attempts
         attempts += 1
         now = clock.utc_now()
         thread = await lock_thread(conn, ledger, thread_id, now)
-        if attempts > 1 and await settle(conn):
+        if attempts > 1 and await identity.settle(conn):
             raise _Settled
         await _refuse_stale(conn, thread, thread_id, checkpoint_ns, checkpoint_id)
         present = {
@@ -389,9 +483,10 @@ async def put_writes(
                     .where(of_checkpoint, _writes.c.task_id == write.task_id, _writes.c.idx == write.idx)
                     .values(**values)
                 )
+        identity.made(thread.generation, True)
         return True
 
-    await ledger.write(work, settle=settle, write_id=write_id, first_writes=True)
+    await ledger.write(work, identity=identity, first_writes=True)
 
 
 # -- read ----------------------------------------------------------------------------------

@@ -12,6 +12,9 @@ and langgraph's checkpoint conformance package do):
   Agents SDK's ``Session``; the fixture is ``open_session`` (``session_id -> Session``).
 - :class:`AdkSessionServiceContract` (``chatledger.testing.adk``): Google ADK's
   ``BaseSessionService``; the fixture is ``service``.
+- :class:`LangGraphCheckpointerContract` (``chatledger.testing.langgraph``): LangGraph's
+  ``BaseCheckpointSaver``, by LangGraph's own conformance suite; the fixture is
+  ``checkpointer`` (a function yielding a fresh checkpointer).
 
 Beside them, :mod:`chatledger.testing.kinds` holds the kind contract: the promises
 every kind of session keeps through chatledger's core (identity, exactly once across a
@@ -31,7 +34,8 @@ each registered kind through the ``driver()`` of its module here.
                 yield opened
 
 The suites need pytest, pytest-asyncio (``asyncio_mode = "auto"``) and the
-framework's package (the ``zett`` / ``rein`` / ``openai-agents`` / ``adk`` extra). Nothing
+framework's package (the ``zett`` / ``rein`` / ``openai-agents`` / ``adk`` / ``langgraph``
+extra; LangGraph's also ``langgraph-checkpoint-conformance``). Nothing
 here is imported by
 ``chatledger`` itself: the library never loads pytest.
 """
@@ -53,6 +57,7 @@ CONTRACTS = {
     "ReinStoreContract": "chatledger.testing.rein",
     "OpenAISessionContract": "chatledger.testing.openai_agents",
     "AdkSessionServiceContract": "chatledger.testing.adk",
+    "LangGraphCheckpointerContract": "chatledger.testing.langgraph",
 }
 
 # pytest rewrites the asserts of test modules only; these modules' failures should

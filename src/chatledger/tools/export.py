@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .. import __version__, marks, migrate
 from ..dsn import resolve_dsn, sqlite_file
 from ..engine import Ledger
-from ..kinds import Checkpointed, Layout, Log, Rows, SessionKind, registered
+from ..kinds import Checkpointed, Grouped, Layout, Log, Rows, SessionKind, registered
 from .importer import database_error
 from .progress import Tracker, progress
 from .rows import FORMAT, FORMAT_VERSION, MARKS, Counts, Record, RowCodec, _instant, progress_records, tables
@@ -89,6 +89,10 @@ async def _count(conn: AsyncConnection, ids: Sequence[str] | None) -> Counts:
                 layout.count: await rows(layout.sessions, layout.sessions.c[layout.key[-1]]),
                 layout.entries_count: await rows(layout.entries, entries),
             }
+        elif isinstance(layout, Grouped):
+            found = {layout.count: await rows(layout.sessions, layout.sessions.c.id)}
+            for part in layout.parts:
+                found[part.count] = await rows(part.table, part.table.c[layout.session_column])
         elif layout.sessions:
             found = {layout.count: await rows(layout.table, layout.table.c[layout.key[-1]])}
         else:
@@ -132,6 +136,33 @@ async def _log_records(
                     yield {"type": store.entry, "row": codecs[store.entry].encode(entry._mapping)}
             yield store.end_record(key, entries)
         after = store.key_of(page[-1]._mapping)
+
+
+async def _grouped_records(
+    conn: AsyncConnection, layout: Grouped, codecs: Mapping[str, RowCodec], ids: Sequence[str] | None
+) -> AsyncIterator[Record]:
+    """A session block per session row, in id order: the row, each part's rows in their
+    key order (a server-side cursor each), its end record."""
+    async for page in _session_pages(conn, layout.sessions, ids):
+        for row in page:
+            key = layout.key_of(row._mapping)
+            yield {"type": layout.head, "row": codecs[layout.head].encode(row._mapping)}
+            counted: dict[str, int] = {}
+            for part in layout.parts:
+                table = part.table
+                order = [column for column in table.primary_key.columns]
+                stream = await conn.stream(
+                    select(table)
+                    .where(layout.of_session(part, key))
+                    .order_by(*order)
+                    .execution_options(yield_per=YIELD_PER)
+                )
+                counted[part.count] = 0
+                async for partition in stream.partitions():
+                    for found in partition:
+                        counted[part.count] += 1
+                        yield {"type": part.record, "row": codecs[part.record].encode(found._mapping)}
+            yield layout.end_record(key, counted)
 
 
 async def _session_pages(
@@ -254,6 +285,8 @@ def _records(
         return _checkpointed(conn, layout, codecs, ids)
     if isinstance(layout, Log):
         return _log_records(conn, layout, codecs, ids)
+    if isinstance(layout, Grouped):
+        return _grouped_records(conn, layout, codecs, ids)
     return _rows(conn, kind, layout, codecs, ids)
 
 
@@ -269,6 +302,11 @@ def _tally(layout: Layout, record: Record, total: Counts) -> None:
         if kind == layout.end:
             total[layout.count] += 1
             total[layout.entries_count] += record[layout.entries_name]
+    elif isinstance(layout, Grouped):
+        if kind == layout.end:
+            total[layout.count] += 1
+            for part in layout.parts:
+                total[part.count] += record[part.count]
     else:
         total[layout.count] += 1
 

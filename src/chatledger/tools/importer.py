@@ -47,6 +47,7 @@ from ..engine import Ledger
 from ..errors import ChatledgerError, StorageUnavailable
 from ..kinds import (
     Checkpointed,
+    Grouped,
     Layout,
     Log,
     MarkRule,
@@ -181,6 +182,8 @@ class _Session:
         #: A log session's entries read, and its counter row's numbering.
         self.entries = 0
         self.base = self.last = 0
+        #: A grouped session's rows read, by the count key of their part.
+        self.parts: dict[str, int] = {}
         #: A checkpointed session's counter row as the input has it, and the highest
         #: message sequence inserted: above it, the counter row is put back before the COMMIT.
         self.counter: tuple[Any, Any] | None = None
@@ -211,7 +214,7 @@ class _Session:
 
     @property
     def label(self) -> str:
-        if isinstance(self.layout, Log | Rows):
+        if isinstance(self.layout, Log | Rows | Grouped):
             return self.layout.label(self.key)
         return f"{self.kind.label} session {self.id!r}"
 
@@ -230,7 +233,7 @@ def _row_bound(row: Record) -> int:
 
 def _unclosed(session: _Session, where: str) -> FormatError:
     layout = session.layout
-    end = layout.end if isinstance(layout, Checkpointed | Log) else layout.record
+    end = layout.end if isinstance(layout, Checkpointed | Log | Grouped) else layout.record
     return FormatError(f"{where}: session {session.id!r} has no {end} record")
 
 
@@ -253,6 +256,9 @@ def _roles() -> dict[str, _Role]:
                 }
             elif isinstance(layout, Log):
                 parts = {layout.head: "head", layout.entry: "entry", layout.end: "end"}
+            elif isinstance(layout, Grouped):
+                parts = {layout.head: "head", layout.end: "end"}
+                parts.update({part.record: "part" for part in layout.parts})
             else:
                 parts = {layout.record: "row"}
             found.update({record: (kind, layout, role) for record, role in parts.items()})
@@ -342,6 +348,9 @@ class Importer:
                     continue
                 elif isinstance(role[1], Log):
                     session = await self._log_record(session, role[0], role[1], str(kind), record, where)
+                    continue
+                elif isinstance(role[1], Grouped):
+                    session = await self._grouped_record(session, role[0], role[1], str(kind), record, where)
                     continue
                 else:
                     if session is not None:
@@ -487,6 +496,49 @@ class Importer:
         self._finish(session)
         return None
 
+    async def _grouped_record(
+        self,
+        session: _Session | None,
+        owner: SessionKind,
+        layout: Grouped,
+        kind: str,
+        record: Record,
+        where: str,
+    ) -> _Session | None:
+        """One record of a grouped session's block (a LangGraph thread); the session open
+        after it."""
+        if kind == layout.head:
+            if session is not None:
+                raise _unclosed(session, where)
+            row = self._codec(kind, where).decode(record.get("row"), where)
+            opened = _Session(owner, layout, layout.key_of(row), tombstone=row.get(layout.marker) is not None)
+            await self._step(opened, kind, row)
+            return opened
+        if session is None or session.layout is not layout:
+            raise FormatError(f"{where}: a {kind} record outside its session")
+        part = next((part for part in layout.parts if part.record == kind), None)
+        if part is not None:
+            row = self._codec(kind, where).decode(record.get("row"), where)
+            if row[layout.session_column] != session.id:
+                other = layout.label((row[layout.session_column],))
+                raise FormatError(f"{where}: a {kind} of {other} inside {session.label}")
+            session.parts[part.count] = session.parts.get(part.count, 0) + 1
+            if part is layout.parts[0]:
+                session.entries += 1
+            await self._step(session, kind, row)
+            return session
+        if record.get("id") != session.id:
+            raise FormatError(f"{where}: a {kind} without its session")
+        for part in layout.parts:
+            if record.get(part.count) != session.parts.get(part.count, 0):
+                raise FormatError(
+                    f"{where}: {session.label} ends with {record.get(part.count)} {part.count}, but "
+                    f"{session.parts.get(part.count, 0)} came before"
+                )
+        await self._step(session, kind, record)
+        self._finish(session)
+        return None
+
     # -- the header --------------------------------------------------------------
 
     def _header(self, header: object, where: str) -> None:
@@ -619,6 +671,13 @@ class Importer:
                 await self._message(session, row, kind)
             else:
                 await self._close_log(session, layout)
+        elif isinstance(layout, Grouped):
+            if role == "head":
+                await self._open_log(session, layout, row)
+            elif role == "part":
+                await self._part(session, kind, row)
+            else:
+                await self._close_grouped(session, layout)
         else:
             await self._row(session, layout, row)
 
@@ -710,7 +769,7 @@ class Importer:
     async def _exists(self, session: _Session) -> bool:
         """Whether the target has the session now (another writer committed it)."""
         layout = session.layout
-        if isinstance(layout, Log):
+        if isinstance(layout, Log | Grouped):
             exists = select(layout.sessions.c[layout.key[-1]]).where(layout.is_session(session.key))
         elif isinstance(layout, Rows):
             exists = select(layout.table.c[layout.key[-1]]).where(layout.is_row(session.key))
@@ -961,7 +1020,7 @@ class Importer:
 
     # -- log sessions (OpenAI Agents', ADK's), and rows ----------------------------------
 
-    async def _open_log(self, session: _Session, store: Log, row: Record) -> None:
+    async def _open_log(self, session: _Session, store: Log | Grouped, row: Record) -> None:
         """A session's counter row: inserted (the rest follows in its transaction), or
         compared with the target's, locked, as a checkpointed session's is."""
         conn = await self._connection()
@@ -1004,6 +1063,47 @@ class Importer:
                 return
             session.mode = "skip"
             session.reason = f"the database has {entries} {store.entries_name}, the input {session.entries}"
+
+    async def _part(self, session: _Session, kind: str, row: Record) -> None:
+        """One row of a grouped session: inserted in its transaction (compared by the
+        counts at its end)."""
+        if session.mode != "insert":
+            return
+        too_large = self._oversize(kind, row) if self._long_texts[kind] else None
+        if too_large is not None:
+            await self._rollback()
+            self._refuse(session, too_large)
+            return
+        await (await self._connection()).execute(known_tables()[kind].insert(), row)
+
+    async def _close_grouped(self, session: _Session, layout: Grouped) -> None:
+        conn = await self._connection()
+        if session.mode == "insert":
+            session.mode = "committing"
+            await conn.commit()
+            session.mode = "imported"
+        elif session.mode == "compare":
+            found = {
+                part.count: int(
+                    await conn.scalar(
+                        select(func.count())
+                        .select_from(part.table)
+                        .where(layout.of_session(part, session.key))
+                    )
+                    or 0
+                )
+                for part in layout.parts
+            }
+            await self._rollback()
+            wanted = {part.count: session.parts.get(part.count, 0) for part in layout.parts}
+            if found == wanted:
+                session.mode = "identical"
+                return
+            session.mode = "skip"
+            session.reason = (
+                f"the database has {', '.join(f'{n} {name}' for name, n in found.items())}, the input "
+                f"{', '.join(f'{n} {name}' for name, n in wanted.items())}"
+            )
 
     async def _row(self, session: _Session, layout: Rows, row: Record) -> None:
         """One row, in a transaction of its own: inserted (a session's after its mark is

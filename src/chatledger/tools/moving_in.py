@@ -27,7 +27,18 @@ from sqlalchemy.pool import NullPool
 from ..dsn import display, resolve_dsn
 from ..engine import Ledger
 from ..errors import SchemaNotReady
-from ..kinds import Checkpointed, Log, MovingIn, Rows, SessionKind, Source, lookup, operations, record_tables
+from ..kinds import (
+    Checkpointed,
+    Grouped,
+    Log,
+    MovingIn,
+    Rows,
+    SessionKind,
+    Source,
+    lookup,
+    operations,
+    record_tables,
+)
 from ..migrate import existing_database
 from .importer import Importer, ImportReport
 from .rows import FORMAT, FORMAT_VERSION, Record, RowCodec, tables
@@ -148,6 +159,11 @@ class SourceRecords:
                     open_end = {"type": layout.end, "id": row["id"], "snapshots": 0, "messages": 0}
                 elif open_end is not None:
                     open_end["snapshots" if record_type == layout.checkpoint else "messages"] += 1
+            elif isinstance(layout, Grouped):
+                if record_type == layout.head:
+                    open_end = layout.end_record(layout.key_of(row), {part.count: 0 for part in layout.parts})
+                elif open_end is not None:
+                    open_end[next(part.count for part in layout.parts if part.record == record_type)] += 1
         if open_end is not None:
             yield open_end
         yield {"type": "end"}
@@ -159,6 +175,8 @@ def _continues(layout: Any, record_type: str) -> bool:
         return record_type == layout.entry
     if isinstance(layout, Checkpointed):
         return record_type in (layout.checkpoint, layout.entry)
+    if isinstance(layout, Grouped):
+        return record_type in {part.record for part in layout.parts}
     return False
 
 
@@ -184,6 +202,10 @@ async def _dry_run(kind: SessionKind, source: SourceRecords, ledger: Ledger, rep
         if isinstance(layout, Log | Checkpointed):
             roles[layout.head] = (layout, "head")
             roles[layout.entry] = (layout, "entry")
+        elif isinstance(layout, Grouped):
+            # Its first part's rows are what reports count as its entries.
+            roles[layout.head] = (layout, "head")
+            roles[layout.parts[0].record] = (layout, "entry")
         elif layout.sessions:
             roles[layout.record] = (layout, "head")
         else:
@@ -197,7 +219,7 @@ async def _dry_run(kind: SessionKind, source: SourceRecords, ledger: Ledger, rep
                 if isinstance(layout, Rows):
                     table, key = layout.table, layout.key
                 else:
-                    table, key = layout.sessions, layout.key if isinstance(layout, Log) else ("id",)
+                    table, key = layout.sessions, layout.key if isinstance(layout, Log | Grouped) else ("id",)
                 found = await conn.scalar(
                     select(table.c[key[-1]]).where(*(table.c[name] == values[name] for name in key))
                 )

@@ -9,6 +9,7 @@ changes only when the meaning of the records does.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ..kinds import Checkpointed, Log, Record, record_tables, registered, session_counts
+from ..kinds import Checkpointed, Grouped, Log, Record, record_tables, registered, session_counts
 from ..schema import high_water_marks_table
 
 #: The ``format`` of the header line.
@@ -60,7 +61,7 @@ def progress_records() -> tuple[frozenset[str], frozenset[str]]:
     layouts = [layout for kind in registered() for layout in kind.records]
     entries = frozenset(layout.entry for layout in layouts if isinstance(layout, Checkpointed))
     ends = frozenset(
-        layout.end if isinstance(layout, Checkpointed | Log) else layout.record
+        layout.end if isinstance(layout, Checkpointed | Log | Grouped) else layout.record
         for layout in layouts
         if session_counts(layout)
     )
@@ -105,7 +106,8 @@ class FormatError(ValueError):
 
 class RowCodec:
     """One table's rows as JSON objects: every column by name, timestamps as RFC 3339
-    UTC strings with microseconds, everything else as JSON has it.
+    UTC strings with microseconds, bytes as standard base64 strings, everything else
+    as JSON has it.
 
     ``columns`` are the columns a file carries (a subset of the table's, for a file
     written before a later revision added some).
@@ -115,6 +117,7 @@ class RowCodec:
         self.table = table
         self.columns = tuple(columns if columns is not None else (column.name for column in table.c))
         self._times = tuple(name for name in self.columns if _python_type(table, name) is datetime)
+        self._bytes = tuple(name for name in self.columns if _python_type(table, name) is bytes)
         self._checks = tuple(
             (name, _python_type(table, name), bool(table.c[name].nullable)) for name in self.columns
         )
@@ -129,6 +132,10 @@ class RowCodec:
             value = record[name]
             if value is not None:
                 record[name] = _instant(value)
+        for name in self._bytes:
+            value = record[name]
+            if value is not None:
+                record[name] = base64.b64encode(value).decode("ascii")
         return record
 
     def decode(self, values: object, where: str) -> Record:
@@ -153,6 +160,13 @@ class RowCodec:
             value = values[name]
             if value is not None:
                 values[name] = _parse_instant(value, f"{where}: {self.table.name}.{name}")
+        for name in self._bytes:
+            value = values[name]
+            if value is not None:
+                try:
+                    values[name] = base64.b64decode(value, validate=True)
+                except ValueError:
+                    raise FormatError(f"{where}: {self.table.name}.{name} must be base64") from None
         return values
 
     def _check(self, pattern: tuple[type, ...], where: str) -> None:
@@ -160,8 +174,10 @@ class RowCodec:
             if found is type(None):
                 if not nullable:
                     raise FormatError(f"{where}: {self.table.name}.{name} cannot be null")
-            elif found is not (str if kind is datetime else kind):
-                wanted = "an RFC 3339 timestamp string" if kind is datetime else kind.__name__
+            elif found is not (str if kind in (datetime, bytes) else kind):
+                wanted = {datetime: "an RFC 3339 timestamp string", bytes: "a base64 string"}.get(
+                    kind, kind.__name__
+                )
                 raise FormatError(f"{where}: {self.table.name}.{name} must be {wanted}, not {found.__name__}")
 
 

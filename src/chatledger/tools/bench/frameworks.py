@@ -7,7 +7,15 @@
 * **Google ADK**: its ``DatabaseSessionService`` against
   :class:`chatledger.adk.LedgerSessionService`: ``append_event`` (one event with a
   ``user:`` state delta, from the ``Session`` the last append returned) and
-  ``get_session`` of a session of ``framework_items`` events, whole and its newest 20.
+  ``get_session`` of a session of ``framework_items`` events, whole and its newest 20;
+* **LangGraph**: its own saver of the backend (``AsyncPostgresSaver``,
+  ``AsyncSqliteSaver``, ``AIOMySQLSaver``) against
+  :class:`chatledger.langgraph.LedgerSaver`: ``put`` (a checkpoint with one changed
+  channel, on a growing thread), ``put_writes`` (a task's 2 writes), ``get_tuple``
+  (latest, and by id) and ``list(limit=10)``, on a thread of 10 checkpoints and on one
+  of ``5 * framework_items`` (10,000 by default), so the two rows show whether a
+  thread's length costs anything. No concurrency round: LangGraph's runs of one
+  thread take turns by design.
 
 Each store's calls run in the bench's interleaved rounds (:func:`.measure.measure_calls`),
 so the ratios (chatledger's calls per second / the framework's own) come from one run
@@ -27,6 +35,7 @@ and the report says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import uuid
@@ -322,6 +331,145 @@ async def _adk(
     finally:
         for service in services.values():
             await service.close()  # type: ignore[attr-defined]
+    return list(stores.values())
+
+
+# -- LangGraph -------------------------------------------------------------------------
+
+#: Checkpoints of the short thread; the long one's are ``LONG_FACTOR * framework_items``.
+SHORT_THREAD = 10
+LONG_FACTOR = 5
+
+
+def _plain(url: URL) -> str:
+    """The URL as LangGraph's own savers take it: no SQLAlchemy driver."""
+    return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
+
+
+def _own_savers() -> list[tuple[str, str, Callable[[URL, Path | None], Any]]]:
+    """(backend name, saver class, opener) of each LangGraph saver of a backend; the
+    opener returns the saver's async context manager."""
+    from ...dialects import mysql, postgresql, sqlite
+
+    def postgres(url: URL, _path: Path | None) -> Any:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        return AsyncPostgresSaver.from_conn_string(_plain(url))
+
+    def mysql_saver(url: URL, _path: Path | None) -> Any:
+        from langgraph.checkpoint.mysql.aio import AIOMySQLSaver
+
+        return AIOMySQLSaver.from_conn_string(_plain(url))
+
+    def sqlite_saver(_url: URL, path: Path | None) -> Any:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        assert path is not None
+        return AsyncSqliteSaver.from_conn_string(str(path.with_name("langgraph.sqlite3")))
+
+    return [
+        (postgresql.ASYNCPG.name, "AsyncPostgresSaver", postgres),
+        (mysql.AIOMYSQL.name, "AIOMySQLSaver", mysql_saver),
+        (sqlite.AIOSQLITE.name, "AsyncSqliteSaver", sqlite_saver),
+    ]
+
+
+class _Thread:
+    """A thread one saver writes: its checkpoints chained, each with a changed channel."""
+
+    def __init__(self, saver: Any, thread_id: str) -> None:
+        self.saver, self.thread_id = saver, thread_id
+        self.config: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        self.version: Any = None
+        self.ids: list[str] = []
+
+    async def put(self) -> None:
+        from langgraph.checkpoint.base import Checkpoint
+        from langgraph.checkpoint.base.id import uuid6
+
+        self.version = self.saver.get_next_version(self.version, None)
+        step = len(self.ids)
+        checkpoint = Checkpoint(
+            v=1,
+            id=str(uuid6()),
+            ts="2026-01-01T00:00:00+00:00",
+            channel_values={
+                "messages": [f"message {step}", {"role": "assistant", "step": step}],
+                "step": step,
+            },
+            channel_versions={"messages": self.version, "step": self.version},
+            versions_seen={},
+            updated_channels=["messages", "step"],
+        )
+        metadata = {"source": "loop", "step": step, "parents": {}}
+        self.config = await self.saver.aput(self.config, checkpoint, metadata, {"messages": self.version})
+        self.ids.append(self.config["configurable"]["checkpoint_id"])
+
+    async def put_writes(self) -> None:
+        task = str(uuid.uuid4())
+        await self.saver.aput_writes(self.config, [("messages", ["a write"]), ("step", 1)], task)
+
+    def at(self, checkpoint_id: str | None = None) -> dict[str, Any]:
+        configurable: dict[str, Any] = {"thread_id": self.thread_id, "checkpoint_ns": ""}
+        if checkpoint_id is not None:
+            configurable["checkpoint_id"] = checkpoint_id
+        return {"configurable": configurable}
+
+    async def list10(self) -> None:
+        found = [item async for item in self.saver.alist(self.at(), limit=10)]
+        check(len(found) == min(10, len(self.ids)), "list(limit=10)")
+
+
+@measures(kinds.LANGGRAPH)
+async def _langgraph(
+    databases: Databases, sqlite_path: Path | None, sizes: Sizes, rng: random.Random
+) -> list[FrameworkStore]:
+    """LangGraph's own saver of the backend on the floor's database (its tables' names
+    differ from chatledger's), against LedgerSaver on chatledger's."""
+    from ...langgraph import LedgerSaver
+
+    label = kinds.LANGGRAPH.label
+    backend = databases.ledger.get_backend_name()
+    stores = {"LedgerSaver": FrameworkStore(label, "LedgerSaver", True)}
+    openers: dict[str, Callable[[], Any]] = {"LedgerSaver": lambda: LedgerSaver.from_url(databases.ledger)}
+    for name, own, opener in _own_savers():
+        if name == backend:
+            stores[own] = FrameworkStore(label, own, False)
+            openers[own] = functools.partial(opener, databases.floor, sqlite_path)
+    run = uuid.uuid4().hex[:8]
+    long = LONG_FACTOR * sizes.framework_items
+    calls: dict[tuple[str, str], Call] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for kind in list(openers):
+            try:
+                saver = await stack.enter_async_context(openers[kind]())
+                setup = getattr(saver, "setup", None)
+                if setup is not None and not isinstance(saver, LedgerSaver):
+                    await setup()
+                growing = _Thread(saver, f"put-{run}")
+                await growing.put()
+                await growing.put_writes()
+            except Exception as error:  # its own saver cannot run here: a note, not the run's end
+                stores[kind].note = f"not measured: {_error(error)}"
+                continue
+            threads = {}
+            for length in (SHORT_THREAD, long):
+                thread = threads[length] = _Thread(saver, f"read-{length}-{run}")
+                for _ in range(length):
+                    await thread.put()
+            short = threads[SHORT_THREAD]
+            calls[kind, "put"] = growing.put
+            calls[kind, "put_writes, 2 writes"] = growing.put_writes
+            for length, thread in threads.items():
+                calls[kind, f"get_tuple latest, thread of {length:,}"] = functools.partial(
+                    saver.aget_tuple, thread.at()
+                )
+            calls[kind, "get_tuple by id"] = functools.partial(
+                saver.aget_tuple, short.at(short.ids[len(short.ids) // 2])
+            )
+            calls[kind, "list(limit=10)"] = threads[long].list10
+        for (kind, name), stats in (await measure_calls(calls, sizes.framework_rounds, rng)).items():
+            stores[kind].timings[name] = stats
     return list(stores.values())
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ...kinds import Checkpointed, Log, Rows, SessionKind, registered
+from ...kinds import Checkpointed, Grouped, Log, Rows, SessionKind, registered
 from ..words import counted
 from .shared import Command, add_dsn, say
 
@@ -50,6 +50,9 @@ def _exported(kind: SessionKind, counts: dict[str, int]) -> str:
         elif isinstance(layout, Log):
             sessions += counts.get(layout.count, 0)
             details.append(counted(counts.get(layout.entries_count, 0), layout.entries_name[:-1]))
+        elif isinstance(layout, Grouped):
+            sessions += counts.get(layout.count, 0)
+            details.append(counted(counts.get(layout.parts[0].count, 0), kind.entry or "entry"))
         elif layout.sessions:
             sessions += counts.get(layout.count, 0)
     states = _state_rows(kind)
