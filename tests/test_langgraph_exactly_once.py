@@ -129,3 +129,20 @@ async def test_a_lost_commit_over_other_content_under_the_key_is_an_identity_con
         assert found is not None and found.metadata["step"] == 1
         assert found.checkpoint["channel_values"] == {"messages": ["m1"]}
         assert found.pending_writes == [("task-1", "messages", "w")]
+
+
+async def test_a_retried_special_write_replaces_the_one_under_its_key(proxy: Proxy, server_url: URL) -> None:
+    """A special channel's write (an interrupt raised again on resume) replaces the one
+    stored under its key, as LangGraph's savers upsert it, also when its call is retried:
+    the other content under the key is what it replaces, no identity conflict."""
+    thread_id = "once-special-retried"
+    async with LedgerSaver.from_url(proxy.url(server_url)) as saver:
+        first = await saver.aput(_on(thread_id), _checkpoint(1), {"step": 1}, {"messages": 1})
+        await saver.aput_writes(first, [("__interrupt__", {"ask": 1})], "task-1")
+        proxy.arm("drop-before", delay=0.0)
+        await asyncio.wait_for(saver.aput_writes(first, [("__interrupt__", {"ask": 2})], "task-1"), TIMEOUT)
+        assert not proxy.armed
+    async with LedgerSaver.from_url(server_url) as direct:
+        found = await direct.aget_tuple(first)
+        assert found is not None
+        assert found.pending_writes == [("task-1", "__interrupt__", {"ask": 2})]

@@ -392,9 +392,10 @@ async def put_writes(
 
     Raises:
         SessionDeleted: the writes are stale writes of a deleted thread; nothing written.
-        IdentityConflict: its COMMIT was lost and the first write's key holds other
-            content (a write of another call, kept or replaced); nothing of this call
-            written.
+        IdentityConflict: its COMMIT was lost (or the call was retried) and the first
+            write's key holds other content of a write that is kept (not ``replace``);
+            nothing of this call written. With ``replace`` other content is replaced,
+            as LangGraph's savers upsert a special channel's write.
     """
     if not writes:
         return
@@ -431,11 +432,18 @@ async def put_writes(
         }
         if (first.task_id, first.idx) not in stored:
             return None
-        return Found(True, _writes_content(stored.get(key) for key in kept))
+        content = _writes_content(stored.get(key) for key in kept)
+        if replace and content != mine:
+            # Special channels are replaced (an interrupt raised again on resume, a
+            # task's error again): other content under the key is the write this call
+            # replaces, not another write's identity. Not found: the work replaces it.
+            return None
+        return Found(True, content)
 
+    mine = _writes_content(kept.values())
     identity = WriteIdentity(
         marks.key_id((thread_id, checkpoint_ns, checkpoint_id, first.task_id, str(first.idx))),
-        _writes_content(kept.values()),
+        mine,
         find=find,
         generation=_generation(thread_id),
         names="LangGraph write (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)",
