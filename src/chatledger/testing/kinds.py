@@ -24,8 +24,10 @@ its adapter package: ``chatledger.testing.zett`` for ``chatledger.zett``). A dri
 tells how to open a writer of the kind on a database and, through it, how to create
 a session, write one item with the framework's own API (with a given write id where
 the framework lets the caller give one), read the items back, and make the write a
-writer holding what it read before a delete would make. Adding a kind to the contract
-is that one function and the :class:`Writer` class it names.
+writer holding what it read before a delete would make; a scenario that does not
+apply to the kind as written is skipped with the reason its driver gives
+(:attr:`Driver.skipped`). Adding a kind to the contract is that one function and the
+:class:`Writer` class it names.
 
 :class:`KindContract` holds the scenarios as tests; a test module subclasses it and
 gives the fixtures:
@@ -46,7 +48,7 @@ import importlib
 import io
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -147,6 +149,14 @@ class Driver:
     #: What :meth:`Writer.stale_write` raises after a delete; empty: the framework starts
     #: the id again with it (nothing deleted comes back).
     refused: tuple[type[BaseException], ...] = ()
+    #: The scenarios (:data:`TESTS` names) that do not apply to the kind as written, each
+    #: with the reason, in the framework's terms: they are skipped with it.
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.skipped) - set(TESTS))
+        if unknown:
+            raise ValueError(f"skipped: {unknown} name no scenario of the kind contract")
 
 
 class Faults(Protocol):
@@ -530,6 +540,13 @@ TESTS: dict[str, Callable[..., Awaitable[None]]] = {
 class KindContract:
     """The scenarios as methods: subclass it as ``Test<Name>`` and give the fixtures
     ``driver``, ``url``, ``faults`` and ``spare_url`` (see the module)."""
+
+    @pytest.fixture(autouse=True)
+    def _applies(self, request: pytest.FixtureRequest, driver: Driver) -> None:
+        """Skip a scenario the driver says does not apply, with its reason."""
+        reason = driver.skipped.get(getattr(request.node, "originalname", request.node.name))
+        if reason is not None:
+            pytest.skip(f"{driver.kind.name}: {reason}")
 
 
 for _name, _test in TESTS.items():
