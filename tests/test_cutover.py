@@ -2,8 +2,9 @@
 PostgreSQL database holding an application's tables, with the old stores written by
 the frameworks themselves (the OpenAI SDK's ``SQLAlchemySession`` in a SQLite file,
 ADK's ``DatabaseSessionService`` in a PostgreSQL database of its own, zett-agent's own
-SQL store in a SQLite file). The guide's role and database names are made unique; its
-variables are set as its settings block lists them. Every command succeeds, every
+SQL store and LangGraph's ``AsyncSqliteSaver`` each in a SQLite file). The guide's role
+and database names are made unique; its variables are set as its settings block lists
+them. Every command succeeds, every
 session is in chatledger's schema afterwards, and the application's tables are
 untouched."""
 
@@ -31,6 +32,7 @@ from .support.facts import logins_of
 from .support.throwaway import shared_server
 from .support.zett_data import write_zett_sessions
 from .test_adk_import import adk_writes
+from .test_langgraph_moving_in import THREADS, _fill
 from .test_openai_import import sdk_store
 from .test_shared_database import APP_TABLES, execute, libpq, renamed
 
@@ -44,6 +46,15 @@ def guide_script() -> tuple[str, set[str]]:
     settings = re.search(r"<!-- cutover-settings -->\n```text\n(.*?)```", guide, re.DOTALL)
     assert blocks and settings is not None
     return "\n".join(blocks), set(re.findall(r"^export (\w+)=", settings.group(1), re.MULTILINE))
+
+
+async def langgraph_store(path: Path) -> str:
+    """LangGraph's ``AsyncSqliteSaver`` file with :data:`THREADS` in it, and its DSN."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await _fill(saver)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture
@@ -76,6 +87,7 @@ async def fleet(
             "WORK": str(tmp_path / "cutover"),
         }
         variables["ZETT_IDS"] = " ".join(await write_zett_sessions(zett))
+        variables["LANGGRAPH_DSN"] = await langgraph_store(tmp_path / "langgraph.sqlite3")
         yield server, names, variables
     finally:
         for database in (names["app"], adk_database):
@@ -106,6 +118,7 @@ async def test_the_cutover_guide_runs_as_written(
     for zett_id in variables["ZETT_IDS"].split():
         assert zett_id in out
     assert "alpha" in out and "beta" in out and "shop" in out
+    assert all(thread in out for thread in THREADS)
     runtime = server.database_url(names["app"]).set(username=names["chatledger_app"], password="app-secret")
     session = LedgerSession.from_url("beta", url=runtime)
     try:

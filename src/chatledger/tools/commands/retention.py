@@ -43,7 +43,9 @@ def _defaults() -> str:
 def configure(parser: argparse.ArgumentParser) -> None:
     add_dsn(parser)
     parser.add_argument(
-        "--idle", metavar="AGE", help="delete sessions last active longer ago than AGE: 90d, 12h, 2w, 1d12h"
+        "--idle",
+        metavar="AGE",
+        help="delete sessions last active longer ago than AGE: 90d, 12h, 30m, 2w, 1d12h",
     )
     parser.add_argument(
         "--tombstones-after",
