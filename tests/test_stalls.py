@@ -12,6 +12,8 @@ deadline (:func:`chatledger.deadlines.attempt_limit`) ends a call on it:
 * One attempt black-holed, the rest of the budget free: the attempt is abandoned, its
   connection closed, and the call retried -- a write stalled before its COMMIT is
   written once, one whose COMMIT reached the server is settled, never sent again.
+* A slow statement the server is running is not silence: the attempt goes on past
+  its deadline and succeeds once.
 
 On PostgreSQL (asyncpg and psycopg) and MariaDB; marked ``faults``.
 """
@@ -30,10 +32,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from zett_agent.messages import UserMessage
 
 from chatledger import OutcomeUnknown, StorageUnavailable
-from chatledger.deadlines import ATTEMPT_FLOOR
+from chatledger.deadlines import ATTEMPT_FLOOR, attempt_limit
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
+from .support.facts import facts_of
 from .support.proxy import COMMIT, Proxy, commit_point, running_proxy
 from .support.throwaway import LedgerState, ledger_state
 
@@ -232,4 +235,26 @@ async def test_a_stalled_commit_of_a_write_without_a_lookup_is_outcome_unknown(
     proxy.arm("stall-after-commit", COMMIT, after=marker.encode())
     error = await _ends_within_budget(storage.ledger.write(work))
     assert isinstance(error, OutcomeUnknown), error
+    _pool_idle(storage)
+
+
+# -- slow, not silent ---------------------------------------------------------------------
+
+
+async def test_a_statement_running_past_the_deadline_is_not_abandoned(
+    server: Database, proxy: Proxy, storage: LedgerSessionStorage, session_id: str
+) -> None:
+    sleep = facts_of(server.backend).sleep
+    assert sleep is not None
+    seconds = 2.5 * attempt_limit(storage.ledger.options, 0.0)  # past two deadlines
+    runs = 0
+
+    async def work(conn: AsyncConnection) -> int:
+        nonlocal runs
+        runs += 1
+        await conn.execute(text(sleep.format(seconds=seconds)))
+        return runs
+
+    assert await asyncio.wait_for(storage.ledger.write(work), TIMEOUT) == 1
+    assert runs == 1
     _pool_idle(storage)

@@ -6,8 +6,15 @@ in a view change) sends no error and no reset: a statement would wait on its soc
 for as long as the kernel keeps the connection open. So each attempt on a server
 database runs within a deadline of its own (:class:`Deadline`, of
 :func:`attempt_limit` seconds, applied by
-:class:`chatledger.transactions.Transactions` and by replica reads), and an attempt
-past it is abandoned: its connection's socket is ended at once, without a round trip
+:class:`chatledger.transactions.Transactions` and by replica reads). At the deadline
+a second connection asks the server whether the attempt's session is at work
+(:class:`chatledger.dialects.Liveness`): a session running a statement, or one whose
+state changed within the last deadline's time, is working slowly, not silent, and
+the attempt gets another deadline; a slow statement is never abandoned. A quiet
+session, or a server that does not answer the question within :data:`ASK_LIMIT`
+seconds, means the attempt is abandoned: the server's session is ended when the
+server answers (its transaction rolled back and its locks released at once, not when
+the server notices the lost client), and its connection's socket is ended at once, without a round trip
 (:attr:`chatledger.dialects.Backend.abort`), so the statement waiting on it fails as on
 a lost connection and SQLAlchemy invalidates the connection; an attempt with no socket
 to end yet (connecting, waiting for a pooled connection), or still running
@@ -24,8 +31,10 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .dialects import Liveness
 from .options import LedgerOptions
 
 logger = logging.getLogger("chatledger")
@@ -36,6 +45,9 @@ ATTEMPT_FLOOR = 1.0
 #: Seconds an abandoned attempt whose socket was ended may take to fail on it, before
 #: it is cancelled.
 ABORT_GRACE = 1.0
+#: Seconds the question to the server, whether an attempt's session is at work, may
+#: take; a server that does not answer it in time stopped answering.
+ASK_LIMIT = 1.0
 #: The share of ``retry_timeout`` one attempt may take: at least this many attempts
 #: fit in the budget when each stalls.
 ATTEMPTS_IN_BUDGET = 3
@@ -93,24 +105,32 @@ class Deadline:
     attempt, and tell it the attempt's connection once checked out (:attr:`conn`).
 
     Args:
-        limit: Seconds the attempt may take (``None``: no deadline).
+        limit: Seconds the attempt may take while quiet (``None``: no deadline).
         abort: The backend's :attr:`chatledger.dialects.Backend.abort`.
+        liveness: The backend's :attr:`chatledger.dialects.Backend.liveness`
+            (``None``: an attempt past its deadline is abandoned unasked).
     """
 
-    def __init__(self, limit: float | None, abort: Callable[[Any], None] | None) -> None:
+    def __init__(
+        self,
+        limit: float | None,
+        abort: Callable[[Any], None] | None,
+        liveness: Liveness | None = None,
+    ) -> None:
         self.limit = limit
         self._abort = abort
+        self._liveness = liveness
         #: The attempt's connection, once it has one.
         self.conn: AsyncConnection | None = None
         #: The deadline passed: whatever the attempt raises now, it was abandoned.
         self.passed = False
         self._timeout = asyncio.timeout(None)
         self._timer: asyncio.TimerHandle | None = None
+        self._asking: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Deadline:
         await self._timeout.__aenter__()
-        if self.limit is not None:
-            self._timer = asyncio.get_running_loop().call_later(self.limit, self._expire)
+        self._arm()
         return self
 
     async def __aexit__(
@@ -121,9 +141,55 @@ class Deadline:
     ) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        asking, self._asking = self._asking, None
+        if asking is not None and not asking.done():
+            asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asking
         await self._timeout.__aexit__(kind, error, traceback)
 
+    def _arm(self) -> None:
+        if self.limit is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.limit, self._expire)
+
     def _expire(self) -> None:
+        """Ask the server whether the attempt's session is at work (see the module), or,
+        with nothing to ask about, abandon the attempt."""
+        conn = self.conn
+        if self._liveness is None or conn is None or conn.invalidated or conn.closed:
+            self._abandon()
+            return
+        self._asking = asyncio.get_running_loop().create_task(self._ask(conn, self._liveness))
+
+    async def _ask(self, conn: AsyncConnection, liveness: Liveness) -> None:
+        """Give the attempt another deadline while its session is at work; else end the
+        session (when the server answers) and abandon the attempt."""
+        assert self.limit is not None
+        try:
+            session = liveness.session_id(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
+        except Exception:  # no driver connection or socket left
+            self._abandon()
+            return
+        busy = False
+        try:
+            async with (
+                asyncio.timeout(ASK_LIMIT),
+                conn.engine.connect() as other,
+                abandoned_on_cancel(other, self._abort),
+            ):
+                busy = bool(await other.scalar(text(liveness.busy), {"id": session, "quiet": self.limit}))
+                if not busy:
+                    await other.execute(text(liveness.end), {"id": session})
+                await other.rollback()
+        except Exception:  # the server did not answer in time, or refused the question
+            logger.debug("asking whether an attempt's session is at work failed", exc_info=True)
+        if busy:
+            logger.debug("an attempt's session is at work past its deadline: %.3g s more", self.limit)
+            self._arm()
+        else:
+            self._abandon()
+
+    def _abandon(self) -> None:
         """End the connection's socket, so that the statement waiting on it fails as on a
         lost connection and SQLAlchemy invalidates the connection; cancel the attempt
         when there is no socket to end (connecting, waiting for the pool) or the driver

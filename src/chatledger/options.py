@@ -25,8 +25,9 @@ class LedgerOptions(BaseModel):
     seconds from its start; a lock wait counts against that budget, so a call ends
     within about ``retry_timeout + lock_timeout`` seconds. On a server database each
     attempt has a deadline inside the budget (a third of ``retry_timeout``, never less
-    than ``lock_timeout`` + 1 s; :mod:`chatledger.deadlines`): an attempt the server
-    stopped answering is abandoned, its connection closed, and the call retried.
+    than ``lock_timeout`` + 1 s; :mod:`chatledger.deadlines`): an attempt whose server
+    session is quiet past it (the server stopped answering) is abandoned, its
+    connection closed, and the call retried; a statement still running is let run.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -164,7 +164,11 @@ class ReplicaReads:
         after an attempt's time (:func:`chatledger.deadlines.attempt_limit`) and the
         wait (logged at DEBUG)."""
         options = self.connections.options
-        deadline = Deadline(attempt_limit(options, 0.0) + options.replica_wait, replica.backend.abort)
+        deadline = Deadline(
+            attempt_limit(options, 0.0) + options.replica_wait,
+            replica.backend.abort,
+            replica.backend.liveness,
+        )
         try:
             async with deadline:
                 return await self._read(replica, work, position, deadline)

@@ -24,16 +24,16 @@ attempt on a server database runs within a deadline of its own
 (:mod:`chatledger.deadlines`): a third of ``retry_timeout``, so that a stalled
 attempt leaves room for more; never less than ``lock_timeout`` plus one second, so
 that a lock wait ends in the server's own error first; and no more than what is left
-of the budget once that floor is given. An attempt past its deadline is abandoned:
-its socket ended without a round trip (or, with none yet, the attempt cancelled),
-its connection invalidated and never returned to the pool (as is the connection of
-an attempt the caller cancels), and the call tried again as one whose connection was
-lost -- a write whose COMMIT was under way is ambiguous and settled, never sent
-blindly again. So a call on a server that stopped answering ends within about
-``retry_timeout + lock_timeout`` seconds, and one attempt stalled through a passing
-outage (a cluster's view change) leaves the rest of the budget to the attempts after
-it. An attempt that needs longer than its share of the budget (a very large
-transaction on a slow server) needs a longer ``retry_timeout``.
+of the budget once that floor is given. At the deadline a second connection asks
+whether the attempt's server session is at work: a running statement is slow, not
+silent, and gets another deadline. A quiet attempt is abandoned: its server session
+ended, its socket closed without a round trip (or, with none yet, the attempt
+cancelled), its connection invalidated and never returned to the pool (as is the
+connection of an attempt the caller cancels), and the call tried again as one whose
+connection was lost -- a write whose COMMIT was under way is ambiguous and settled,
+never sent blindly again. So a call on a server that stopped answering ends within
+about ``retry_timeout + lock_timeout`` seconds, and one attempt stalled through a
+passing outage leaves the rest of the budget to the attempts after it.
 
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
@@ -405,7 +405,7 @@ class Transactions:
         :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         # What the attempt reached: a connection, the COMMIT sent, the COMMIT answered.
         progress = _Progress()
-        deadline = Deadline(limit, self.backend.abort)
+        deadline = Deadline(limit, self.backend.abort, self.backend.liveness)
         try:
             async with deadline:
                 return await self._transaction(

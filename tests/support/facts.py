@@ -76,6 +76,8 @@ class Facts:
     #: message inserted right after it (SQLite, whose append is then one statement):
     #: another writer numbering by ``MAX(sequence) + 1`` keeps the counter in step.
     counter_follows_raw_log: bool = False
+    #: A statement the server runs for ``{seconds}`` seconds; ``None`` for a file.
+    sleep: str | None = None
 
 
 FACTS: dict[str, Facts] = {
@@ -94,6 +96,7 @@ FACTS: dict[str, Facts] = {
         trusts_local_logins=True,
         db_system=lambda _version: "postgresql",
         lists_unreadable_tables=True,
+        sleep="SELECT pg_sleep({seconds})",
         logins=Logins(
             create="CREATE ROLE {name} LOGIN PASSWORD '{password}'",
             drop="DROP ROLE IF EXISTS {name}",
@@ -110,6 +113,7 @@ FACTS: dict[str, Facts] = {
         pad_space_ids_at_0002=True,
         zett_writes_adopted=False,
         show_create_table="SHOW CREATE TABLE {name}",
+        sleep="SELECT SLEEP({seconds})",
         logins=Logins(
             create="CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'",
             drop="DROP USER IF EXISTS '{name}'@'%'",

@@ -364,6 +364,27 @@ def _plain_equal(left: ColumnElement[Any], right: ColumnElement[Any]) -> ColumnE
     return left == right
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """How a second connection tells whether a connection's server session is at work,
+    and ends it: the deadline of an attempt (:mod:`chatledger.deadlines`) abandons only
+    an attempt whose session is quiet, never a slow statement the server is running.
+
+    Args:
+        session_id: The server's id of the driver's connection, read from the driver
+            without a round trip.
+        busy: SQL taking ``:id`` and ``:quiet`` (seconds): one row whose one column is
+            true while that session runs a statement, or changed state less than
+            ``quiet`` seconds ago; no row when the session is gone.
+        end: SQL taking ``:id`` that ends that session (its transaction rolled back,
+            its locks released); allowed to a login on its own sessions.
+    """
+
+    session_id: Callable[[Any], int]
+    busy: str
+    end: str
+
+
 @dataclass(frozen=True, kw_only=True)
 class Backend:
     """What one backend (a dialect and one of its async drivers) needs done its own way.
@@ -474,6 +495,10 @@ class Backend:
     #: attempt (:mod:`chatledger.deadlines`). ``None``: the driver has no such call,
     #: and the attempt is cancelled instead.
     abort: Callable[[Any], None] | None = None
+    #: Whether an attempt's server session is at work, and how to end it
+    #: (:class:`Liveness`). ``None``: an attempt past its deadline is abandoned
+    #: unasked.
+    liveness: Liveness | None = None
     #: Driver exception class names (of the DBAPI error or the driver error under it)
     #: that say the same whatever their code: no server of a multi-host DSN serves the
     #: session it asks for (``target_session_attrs``), as while a cluster promotes a

@@ -37,6 +37,7 @@ from .base import (
     TRANSACTION_ENDED,
     Backend,
     Collations,
+    Liveness,
     OfflineScript,
     Replication,
     RoutineRefused,
@@ -656,6 +657,11 @@ AIOMYSQL = Backend(
     statement_limit_query="SELECT @@max_allowed_packet",
     # Closes the transport without a round trip: a read waiting on it ends with 2013.
     abort=lambda connection: connection.close(),
+    liveness=Liveness(
+        session_id=lambda connection: int(connection.thread_id()),
+        busy="SELECT COMMAND <> 'Sleep' OR TIME < :quiet FROM information_schema.PROCESSLIST WHERE ID = :id",
+        end="KILL CONNECTION :id",
+    ),
     driver="aiomysql",
     driver_extra="mysql",
     check_foreign=_check_foreign_mysql,

@@ -46,6 +46,7 @@ from .base import (
     LOGIN_HINT,
     Backend,
     Collations,
+    Liveness,
     OfflineScript,
     Replication,
     StorageSize,
@@ -128,6 +129,16 @@ def _column_collations_postgresql(conn: Connection, table: str) -> Collations:
 def _any_of_array(column: ColumnElement[int], values: Sequence[int]) -> ColumnElement[bool]:
     """PostgreSQL: ``column = ANY(:values)``, the values bound as one integer array."""
     return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(BigInteger)))
+
+
+#: Whether a session runs a statement (not one blocked on sending its answer to a client
+#: that reads nothing) or changed state lately; ending it rolls its transaction back.
+_LIVENESS_SQL = {
+    "busy": "SELECT (state = 'active' AND wait_event IS DISTINCT FROM 'ClientWrite')"
+    " OR state_change > clock_timestamp() - make_interval(secs => CAST(:quiet AS double precision))"
+    " FROM pg_stat_activity WHERE pid = :id",
+    "end": "SELECT pg_terminate_backend(:id)",
+}
 
 
 def _shut_down(descriptor: int) -> None:
@@ -520,6 +531,7 @@ ASYNCPG = Backend(
     idle_codes=frozenset({"57P05", "25P03"}),
     connection_closed=lambda connection: bool(connection.is_closed()),
     abort=lambda connection: connection.terminate(),
+    liveness=Liveness(session_id=lambda connection: int(connection.get_server_pid()), **_LIVENESS_SQL),
     read_only_codes=frozenset({"25006"}),
     full_codes=frozenset({"53100"}),  # disk_full
     code_name="SQLSTATE",
@@ -598,6 +610,7 @@ PSYCOPG = replace(
     transaction_open=_transaction_open_psycopg,
     connection_closed=lambda connection: bool(connection.closed),
     abort=lambda connection: _shut_down(connection.pgconn.socket),
+    liveness=Liveness(session_id=lambda connection: int(connection.info.backend_pid), **_LIVENESS_SQL),
     # set_isolation_level, set_read_only, set_autocommit are coroutines.
     characteristics_await=True,
 )
