@@ -97,7 +97,7 @@ async def test_cli_refuses_an_unencoded_password_in_one_line(
 def test_at_signs_elsewhere_are_fine() -> None:
     """A user name with an @ (Azure's user@server) and an @ in a query value are not
     passwords; without a password nothing is refused for an @."""
-    url = resolve_dsn("postgresql://me@corp:pw@db.example/chat?application_name=a@b")
+    url = resolve_dsn("postgresql+psycopg://me@corp:pw@db.example/chat?application_name=a@b")
     assert (url.username, url.password, url.host) == ("me@corp", "pw", "db.example")
     assert url.query["application_name"] == "a@b"
 
@@ -146,6 +146,24 @@ def test_schemes_map_to_async_drivers(dsn: str, drivername: str) -> None:
 def test_sslmode_is_each_drivers_own() -> None:
     assert resolve_dsn("postgresql://u@h/db?sslmode=require").query == {"ssl": "require"}
     assert resolve_dsn("postgresql+psycopg://u@h/db?sslmode=require").query == {"sslmode": "require"}
+
+
+def test_a_parameter_asyncpg_does_not_take_is_refused_naming_it() -> None:
+    dsn = "postgresql://u@h/db?options=-csearch_path%3Dchatledger"
+    with pytest.raises(
+        ValueError, match=r"dsn parameter 'options' is not one asyncpg takes.*postgresql\+psycopg"
+    ):
+        resolve_dsn(dsn)
+    with pytest.raises(ValueError, match="dsn parameter 'sslrootcert_typo'"):
+        resolve_dsn("postgresql://u@h/db?sslrootcert_typo=x")
+    # psycopg is libpq: options is its own.
+    assert resolve_dsn(dsn.replace("postgresql://", "postgresql+psycopg://")).query == {
+        "options": "-csearch_path=chatledger"
+    }
+    assert resolve_dsn("postgresql://u@h/db?command_timeout=5&target_session_attrs=primary").query == {
+        "command_timeout": "5",
+        "target_session_attrs": "primary",
+    }
 
 
 @pytest.mark.parametrize(

@@ -346,6 +346,33 @@ def _hosts(url: URL) -> URL:
     return url.update_query_dict({"host": hosts})
 
 
+#: The DSN parameters asyncpg's ``connect`` takes as text (and SQLAlchemy's statement
+#: cache size); any other reaches ``connect`` as an unknown keyword.
+_ASYNCPG_PARAMETERS = frozenset(
+    {
+        "host",
+        "port",
+        "user",
+        "password",
+        "passfile",
+        "service",
+        "servicefile",
+        "database",
+        "timeout",
+        "statement_cache_size",
+        "max_cached_statement_lifetime",
+        "max_cacheable_statement_size",
+        "command_timeout",
+        "ssl",
+        "direct_tls",
+        "target_session_attrs",
+        "krbsrvname",
+        "gsslib",
+        "prepared_statement_cache_size",
+    }
+)
+
+
 def _resolve_dsn_asyncpg(url: URL) -> URL:
     require_database(url)
     url = _hosts(url)
@@ -353,6 +380,15 @@ def _resolve_dsn_asyncpg(url: URL) -> URL:
     # psycopg is libpq and takes sslmode itself.
     if "sslmode" in url.query:
         url = url.update_query_dict({"ssl": url.query["sslmode"]}).difference_update_query(["sslmode"])
+    unknown = sorted(set(url.query) - _ASYNCPG_PARAMETERS)
+    if unknown:
+        raise ValueError(
+            f"dsn parameter {unknown[0]!r} is not one asyncpg takes "
+            f"({', '.join(sorted(_ASYNCPG_PARAMETERS))}); libpq's own (options, "
+            "application_name...) are psycopg's: use postgresql+psycopg://, or give server "
+            "settings as connect_args={'server_settings': {...}} (a schema: the login's "
+            "search_path, ALTER ROLE ... SET search_path = ...)"
+        )
     return url
 
 
