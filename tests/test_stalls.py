@@ -246,7 +246,9 @@ async def test_a_statement_running_past_the_deadline_is_not_abandoned(
 ) -> None:
     sleep = facts_of(server.backend).sleep
     assert sleep is not None
-    seconds = 2.5 * attempt_limit(storage.ledger.options, 0.0)  # past two deadlines
+    options = storage.ledger.options
+    # Past two quiet deadlines, within the call's budget.
+    seconds = min(2.5 * attempt_limit(options, 0.0), options.retry_timeout - 0.5)
     runs = 0
 
     async def work(conn: AsyncConnection) -> int:
@@ -258,3 +260,30 @@ async def test_a_statement_running_past_the_deadline_is_not_abandoned(
     assert await asyncio.wait_for(storage.ledger.write(work), TIMEOUT) == 1
     assert runs == 1
     _pool_idle(storage)
+
+
+async def test_a_statement_running_past_the_budget_is_abandoned_and_its_session_ended(
+    server: Database, proxy: Proxy, storage: LedgerSessionStorage
+) -> None:
+    sleep = facts_of(server.backend).sleep
+    assert sleep is not None
+    options = storage.ledger.options
+    seconds = options.retry_timeout + 30  # a stuck server that still answers questions
+
+    async def work(conn: AsyncConnection) -> None:
+        await conn.execute(text(sleep.format(seconds=seconds)))
+
+    error = await _ends_within_budget(storage.ledger.write(work))
+    assert isinstance(error, OutcomeUnknown) or "nothing from this call was committed" in str(error)
+    _pool_idle(storage)
+    # Its server session was ended with it: no statement of ours sleeps on.
+    running = facts_of(server.backend).running
+    assert running is not None
+    marker = sleep.format(seconds=seconds)
+    async with LedgerSessionStorage(server.url) as direct:
+        for _ in range(50):
+            left = await direct.ledger.read(lambda conn: conn.scalar(text(running), {"q": marker}))
+            if not left:
+                break
+            await asyncio.sleep(0.1)
+    assert not left, f"{left} sessions still run {marker!r}"

@@ -10,14 +10,16 @@ database runs within a deadline of its own (:class:`Deadline`, of
 a second connection asks the server whether the attempt's session is at work
 (:class:`chatledger.dialects.Liveness`): a session running a statement, or one whose
 state changed within the last deadline's time, is working slowly, not silent, and
-the attempt gets another deadline; a slow statement is never abandoned. A quiet
-session, or a server that does not answer the question within :data:`ASK_LIMIT`
-seconds, means the attempt is abandoned: the server's session is ended when the
-server answers (its transaction rolled back and its locks released at once, not when
-the server notices the lost client), and its connection's socket is ended at once, without a round trip
-(:attr:`chatledger.dialects.Backend.abort`), so the statement waiting on it fails as on
-a lost connection and SQLAlchemy invalidates the connection; an attempt with no socket
-to end yet (connecting, waiting for a pooled connection), or still running
+the attempt gets another deadline, and so does one the question could not be put
+about (no answer within :data:`ASK_LIMIT` seconds: the server is silent, the pool
+has no connection free, or the event loop was held up); but never past the call's
+budget, so a call still ends within it. A session the server reports quiet means the
+attempt is abandoned at once, as is one at its budget's end: the session is ended
+(its transaction rolled back and its locks released now, not when the server
+notices the lost client) and the connection's socket is ended, without a round
+trip, so the statement waiting on it fails as on a lost connection and SQLAlchemy
+invalidates the connection; an attempt with no socket to end yet (connecting,
+waiting for a pooled connection), or still running
 :data:`ABORT_GRACE` seconds later, is cancelled, its connection invalidated
 (:func:`abandoned_on_cancel`). The call is then tried again within its retry budget.
 """
@@ -46,7 +48,7 @@ ATTEMPT_FLOOR = 1.0
 #: it is cancelled.
 ABORT_GRACE = 1.0
 #: Seconds the question to the server, whether an attempt's session is at work, may
-#: take; a server that does not answer it in time stopped answering.
+#: take; unanswered, the attempt waits on within its budget.
 ASK_LIMIT = 1.0
 #: The share of ``retry_timeout`` one attempt may take: at least this many attempts
 #: fit in the budget when each stalls.
@@ -54,12 +56,19 @@ ATTEMPTS_IN_BUDGET = 3
 
 
 def attempt_limit(options: LedgerOptions, elapsed: float) -> float:
-    """Seconds an attempt starting ``elapsed`` seconds into its call may take (see the
-    module): ``retry_timeout`` / :data:`ATTEMPTS_IN_BUDGET`, cut to what is left of the
-    budget, and never less than ``lock_timeout`` + :data:`ATTEMPT_FLOOR`."""
+    """Seconds an attempt starting ``elapsed`` seconds into its call may stay quiet (see
+    the module): ``retry_timeout`` / :data:`ATTEMPTS_IN_BUDGET`, cut to what is left of
+    the budget, and never less than ``lock_timeout`` + :data:`ATTEMPT_FLOOR`."""
     floor = options.lock_timeout + ATTEMPT_FLOOR
     share = options.retry_timeout / ATTEMPTS_IN_BUDGET
     return max(floor, min(share, options.retry_timeout - elapsed))
+
+
+def attempt_budget(options: LedgerOptions, elapsed: float) -> float:
+    """Seconds an attempt starting ``elapsed`` seconds into its call may take at most,
+    at work or not: what is left of ``retry_timeout``, never less than its
+    :func:`attempt_limit`."""
+    return max(attempt_limit(options, elapsed), options.retry_timeout - elapsed)
 
 
 class AttemptStalled(Exception):
@@ -105,10 +114,11 @@ class Deadline:
     attempt, and tell it the attempt's connection once checked out (:attr:`conn`).
 
     Args:
-        limit: Seconds the attempt may take while quiet (``None``: no deadline).
+        limit: Seconds the attempt may stay quiet (``None``: no deadline).
         abort: The backend's :attr:`chatledger.dialects.Backend.abort`.
         liveness: The backend's :attr:`chatledger.dialects.Backend.liveness`
             (``None``: an attempt past its deadline is abandoned unasked).
+        budget: Seconds the attempt may take at most, at work or not (``None``: ``limit``).
     """
 
     def __init__(
@@ -116,10 +126,13 @@ class Deadline:
         limit: float | None,
         abort: Callable[[Any], None] | None,
         liveness: Liveness | None = None,
+        budget: float | None = None,
     ) -> None:
         self.limit = limit
         self._abort = abort
         self._liveness = liveness
+        self._budget = limit if budget is None or limit is None else max(budget, limit)
+        self._end = 0.0
         #: The attempt's connection, once it has one.
         self.conn: AsyncConnection | None = None
         #: The deadline passed: whatever the attempt raises now, it was abandoned.
@@ -130,7 +143,10 @@ class Deadline:
 
     async def __aenter__(self) -> Deadline:
         await self._timeout.__aenter__()
-        self._arm()
+        if self.limit is not None and self._budget is not None:
+            loop = asyncio.get_running_loop()
+            self._end = loop.time() + self._budget
+            self._timer = loop.call_later(self.limit, self._expire)
         return self
 
     async def __aexit__(
@@ -148,46 +164,53 @@ class Deadline:
                 await asking
         await self._timeout.__aexit__(kind, error, traceback)
 
-    def _arm(self) -> None:
-        if self.limit is not None:
-            self._timer = asyncio.get_running_loop().call_later(self.limit, self._expire)
-
     def _expire(self) -> None:
-        """Ask the server whether the attempt's session is at work (see the module), or,
-        with nothing to ask about, abandon the attempt."""
+        """Ask the server whether the attempt's session is at work (see the module); with
+        nothing to ask about, abandon the attempt; with its budget spent, end its
+        session and abandon it."""
         conn = self.conn
+        loop = asyncio.get_running_loop()
         if self._liveness is None or conn is None or conn.invalidated or conn.closed:
             self._abandon()
             return
-        self._asking = asyncio.get_running_loop().create_task(self._ask(conn, self._liveness))
+        spent = self._end - loop.time() <= 0
+        self._asking = loop.create_task(self._ask(conn, self._liveness, spent))
 
-    async def _ask(self, conn: AsyncConnection, liveness: Liveness) -> None:
-        """Give the attempt another deadline while its session is at work; else end the
-        session (when the server answers) and abandon the attempt."""
+    async def _ask(self, conn: AsyncConnection, liveness: Liveness, spent: bool) -> None:
+        """Abandon the attempt when its budget is ``spent`` or the server reports its
+        session quiet or gone, ending the session (when the server answers); else give
+        the attempt another deadline within its budget."""
         assert self.limit is not None
         try:
             session = liveness.session_id(conn.sync_connection.connection.driver_connection)  # type: ignore[union-attr]
         except Exception:  # no driver connection or socket left
             self._abandon()
             return
-        busy = False
+        busy: bool | None = None  # unknown: no answer
         try:
             async with (
                 asyncio.timeout(ASK_LIMIT),
                 conn.engine.connect() as other,
                 abandoned_on_cancel(other, self._abort),
             ):
-                busy = bool(await other.scalar(text(liveness.busy), {"id": session, "quiet": self.limit}))
-                if not busy:
-                    await other.execute(text(liveness.end), {"id": session})
+                values = {"id": session, "quiet": self.limit}
+                found = True
+                if not spent:
+                    row = (await other.execute(text(liveness.busy), values)).first()
+                    found = row is not None  # else the session is gone: nothing to end
+                    busy = found and bool(row[0])  # type: ignore[index]
+                if found and not busy:
+                    await other.execute(text(liveness.end), values)
                 await other.rollback()
-        except Exception:  # the server did not answer in time, or refused the question
+        except Exception:  # no answer in time (a silent server, no pooled connection free)
             logger.debug("asking whether an attempt's session is at work failed", exc_info=True)
-        if busy:
-            logger.debug("an attempt's session is at work past its deadline: %.3g s more", self.limit)
-            self._arm()
-        else:
+        loop = asyncio.get_running_loop()
+        again = min(self.limit, self._end - loop.time())
+        if spent or busy is False or again <= 0:  # spent, quiet or gone
             self._abandon()
+            return
+        logger.debug("an attempt past its deadline waits %.3g s more (at work: %s)", again, busy)
+        self._timer = loop.call_later(again, self._expire)
 
     def _abandon(self) -> None:
         """End the connection's socket, so that the statement waiting on it fails as on a

@@ -27,7 +27,8 @@ class LedgerOptions(BaseModel):
     attempt has a deadline inside the budget (a third of ``retry_timeout``, never less
     than ``lock_timeout`` + 1 s; :mod:`chatledger.deadlines`): an attempt whose server
     session is quiet past it (the server stopped answering) is abandoned, its
-    connection closed, and the call retried; a statement still running is let run.
+    connection closed, and the call retried; a statement still running is let run
+    until the budget's end.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -167,7 +167,7 @@ class ReplicaReads:
         deadline = Deadline(
             attempt_limit(options, 0.0) + options.replica_wait,
             replica.backend.abort,
-            replica.backend.liveness,
+            None if options.pgbouncer else replica.backend.liveness,
         )
         try:
             async with deadline:

@@ -26,14 +26,15 @@ attempt leaves room for more; never less than ``lock_timeout`` plus one second, 
 that a lock wait ends in the server's own error first; and no more than what is left
 of the budget once that floor is given. At the deadline a second connection asks
 whether the attempt's server session is at work: a running statement is slow, not
-silent, and gets another deadline. A quiet attempt is abandoned: its server session
-ended, its socket closed without a round trip (or, with none yet, the attempt
-cancelled), its connection invalidated and never returned to the pool (as is the
-connection of an attempt the caller cancels), and the call tried again as one whose
-connection was lost -- a write whose COMMIT was under way is ambiguous and settled,
-never sent blindly again. So a call on a server that stopped answering ends within
-about ``retry_timeout + lock_timeout`` seconds, and one attempt stalled through a
-passing outage leaves the rest of the budget to the attempts after it.
+silent, and gets another deadline, as does one no answer came about, up to what is
+left of the budget. A quiet attempt, or one at the budget's end, is abandoned: its
+server session ended, its socket closed without a round trip (or, with none yet, the
+attempt cancelled), its connection invalidated and never returned to the pool (as is
+the connection of an attempt the caller cancels), and the call tried again as one
+whose connection was lost -- a write whose COMMIT was under way is ambiguous and
+settled, never sent blindly again. So a call on a server that stopped answering ends
+within about ``retry_timeout + lock_timeout`` seconds, and one attempt stalled on a
+silent connection leaves the rest of the budget to the attempts after it.
 
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
@@ -86,7 +87,7 @@ from tenacity import (
 )
 
 from . import dialects, interactive, migrate, telemetry
-from .deadlines import AttemptStalled, Deadline, abandoned_on_cancel, attempt_limit
+from .deadlines import AttemptStalled, Deadline, abandoned_on_cancel, attempt_budget, attempt_limit
 from .dsn import as_argument, display
 from .errors import (
     ConfigurationError,
@@ -332,14 +333,18 @@ class Transactions:
         if ready and not self.readiness.ready:
             await self.readiness.ensure_ready(self)
 
-    def _limit(self, started: float) -> float | None:
-        """The deadline of an attempt starting now in a call started at ``started``
-        (:func:`attempt_limit`); ``None`` for SQLite, whose file answers or is busy."""
+    def _limit(self, started: float) -> tuple[float, float] | None:
+        """The deadline of an attempt starting now in a call started at ``started``, and
+        the most it may take at work (:func:`attempt_limit`, :func:`attempt_budget`);
+        ``None`` for SQLite, whose file answers or is busy."""
         if not self.backend.server:
             return None
-        return attempt_limit(self.options, time.monotonic() - started)
+        elapsed = time.monotonic() - started
+        return attempt_limit(self.options, elapsed), attempt_budget(self.options, elapsed)
 
-    async def _settle(self, settle: Settle[T], after: After | None, limit: float | None) -> T | None:
+    async def _settle(
+        self, settle: Settle[T], after: After | None, limit: tuple[float, float] | None
+    ) -> T | None:
         found = await self._attempt(settle, limit=limit, write=False, after=after)
         telemetry.settle(self.connections, found is not None)  # a settle and its answer
         return found
@@ -387,7 +392,7 @@ class Transactions:
         self,
         work: Work[T],
         *,
-        limit: float | None,
+        limit: tuple[float, float] | None,
         write: bool,
         options: dict[str, Any] | None = None,
         after: After | None = None,
@@ -405,7 +410,11 @@ class Transactions:
         :func:`chatledger.dialects.database_error`); ``work``'s own errors pass."""
         # What the attempt reached: a connection, the COMMIT sent, the COMMIT answered.
         progress = _Progress()
-        deadline = Deadline(limit, self.backend.abort, self.backend.liveness)
+        # Behind PgBouncer the driver's session id is PgBouncer's, not the server's.
+        liveness = None if self.options.pgbouncer else self.backend.liveness
+        quiet, budget = limit or (None, None)
+        deadline = Deadline(quiet, self.backend.abort, liveness, budget=budget)
+        began = time.monotonic()
         try:
             async with deadline:
                 return await self._transaction(
@@ -430,8 +439,9 @@ class Transactions:
                 if deadline.conn is not None
                 else f"connecting to {display(self.url)} or waiting for a free pooled connection"
             )
+            waited = time.monotonic() - began
             stalled = AttemptStalled(
-                f"the attempt was abandoned after {limit:.3g} s {reached}, and its connection closed"
+                f"the attempt was abandoned after {waited:.3g} s {reached}, and its connection closed"
             )
             stalled.__cause__ = error  # where it waited, for the traceback
             ambiguous = write and progress.committing and not probe

@@ -78,6 +78,8 @@ class Facts:
     counter_follows_raw_log: bool = False
     #: A statement the server runs for ``{seconds}`` seconds; ``None`` for a file.
     sleep: str | None = None
+    #: How many sessions run the statement ``:q`` now; ``None`` for a file.
+    running: str | None = None
 
 
 FACTS: dict[str, Facts] = {
@@ -97,6 +99,7 @@ FACTS: dict[str, Facts] = {
         db_system=lambda _version: "postgresql",
         lists_unreadable_tables=True,
         sleep="SELECT pg_sleep({seconds})",
+        running="SELECT count(*) FROM pg_stat_activity WHERE query = :q AND state = 'active'",
         logins=Logins(
             create="CREATE ROLE {name} LOGIN PASSWORD '{password}'",
             drop="DROP ROLE IF EXISTS {name}",
@@ -114,6 +117,7 @@ FACTS: dict[str, Facts] = {
         zett_writes_adopted=False,
         show_create_table="SHOW CREATE TABLE {name}",
         sleep="SELECT SLEEP({seconds})",
+        running="SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO = :q",
         logins=Logins(
             create="CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'",
             drop="DROP USER IF EXISTS '{name}'@'%'",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatledger.deadlines import ATTEMPT_FLOOR, ATTEMPTS_IN_BUDGET, attempt_limit
+from chatledger.deadlines import ATTEMPT_FLOOR, ATTEMPTS_IN_BUDGET, attempt_budget, attempt_limit
 from chatledger.options import LedgerOptions
 
 
@@ -27,3 +27,11 @@ def test_the_default_budget_fits_three_stalled_attempts() -> None:
     options = LedgerOptions()
     limit = attempt_limit(options, 0.0)
     assert options.lock_timeout + ATTEMPT_FLOOR <= limit and 3 * limit <= options.retry_timeout + 1e-9
+
+
+def test_an_attempt_at_work_may_take_what_is_left_of_the_budget() -> None:
+    options = LedgerOptions(retry_timeout=30, lock_timeout=5)
+    assert attempt_budget(options, 0.0) == pytest.approx(30.0)
+    assert attempt_budget(options, 22.0) == pytest.approx(8.0)
+    # Never less than the attempt's quiet limit, however late it starts.
+    assert attempt_budget(options, 29.5) == pytest.approx(attempt_limit(options, 29.5))

@@ -377,7 +377,8 @@ class Liveness:
             true while that session runs a statement, or changed state less than
             ``quiet`` seconds ago; no row when the session is gone.
         end: SQL taking ``:id`` that ends that session (its transaction rolled back,
-            its locks released); allowed to a login on its own sessions.
+            its locks released); allowed to a login on its own sessions. A write it
+            ends while committing is settled like any lost COMMIT.
     """
 
     session_id: Callable[[Any], int]
