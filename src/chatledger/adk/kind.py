@@ -17,20 +17,19 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from google.adk.events.event import Event
 from google.adk.sessions import _session_util
 from google.adk.sessions.schemas import v1
 from sqlalchemy import Table, inspect, select
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import validate
-from ..engine import Ledger
 from ..errors import ConfigurationError
 from ..kinds import ADK_OWN_TABLES, Field, Found, Listing, Scope
+from ..kinds.on_ledger import OnLedger
 from ..kinds.showing import cut, heading, numbered, when
 from ..selection import Progress, Selection
 from . import rows
@@ -75,19 +74,8 @@ def _where(key: Key) -> str:
     return f"of app {key.app_name!r}, user {key.user_id!r}"
 
 
-class Operations:
+class Operations(OnLedger):
     """ADK's sessions of one database (:class:`chatledger.kinds.Operations`)."""
-
-    def __init__(self, url: URL, options: Mapping[str, Any]) -> None:
-        self.ledger = Ledger(url, **options)
-
-    async def __aenter__(self) -> Operations:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.ledger.close()
 
     async def listing(self, limit: int) -> Listing:
         """The first ``limit`` sessions in key order (app, user, id): ADK's table has no

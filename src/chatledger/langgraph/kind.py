@@ -31,17 +31,16 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Column, LargeBinary, MetaData, String, Table, Text, inspect, select
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import validate
-from ..engine import Ledger
 from ..errors import ConfigurationError
 from ..kinds import LANGGRAPH_OWN_TABLES, Field, Found, Listing, Scope
+from ..kinds.on_ledger import OnLedger
 from ..kinds.showing import compact, cut, heading, when
 from ..selection import Progress, Selection
 from . import threads
@@ -58,19 +57,8 @@ def _latest(summary: threads.ThreadSummary) -> str:
     return ", ".join(parts)
 
 
-class Operations:
+class Operations(OnLedger):
     """LangGraph's threads of one database (:class:`chatledger.kinds.Operations`)."""
-
-    def __init__(self, url: URL, options: Mapping[str, Any]) -> None:
-        self.ledger = Ledger(url, **options)
-
-    async def __aenter__(self) -> Operations:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.ledger.close()
 
     async def listing(self, limit: int) -> Listing:
         """The ``limit`` live threads written to last, newest first."""

@@ -22,17 +22,16 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Table, Text, inspect, select
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import validate
-from ..engine import Ledger
 from ..errors import ConfigurationError
 from ..kinds import Field, Found, Listing, Scope
+from ..kinds.on_ledger import OnLedger
 from ..kinds.showing import compact, cut, heading, numbered, when
 from ..selection import Progress, Selection
 from . import items as _items
@@ -88,19 +87,8 @@ def describe(item: Any, tools: dict[str, str]) -> tuple[str, list[str]]:
     return str(kind), [cut(compact(item))]
 
 
-class Operations:
+class Operations(OnLedger):
     """The OpenAI Agents SDK's sessions of one database (:class:`chatledger.kinds.Operations`)."""
-
-    def __init__(self, url: URL, options: Mapping[str, Any]) -> None:
-        self.ledger = Ledger(url, **options)
-
-    async def __aenter__(self) -> Operations:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        await self.ledger.close()
 
     async def listing(self, limit: int) -> Listing:
         """The ``limit`` sessions written to last (a cleared one nothing was added to since
