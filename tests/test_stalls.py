@@ -175,18 +175,25 @@ async def test_a_black_holed_replica_leaves_the_read_to_the_primary(
 # -- one attempt black-holed --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("first", [False, True], ids=["warm", "first-append"])
 async def test_a_write_stalled_before_its_commit_is_retried_and_stored_once(
-    proxy: Proxy, server: Database, storage: LedgerSessionStorage, session_id: str
+    proxy: Proxy, server: Database, storage: LedgerSessionStorage, session_id: str, first: bool
 ) -> None:
-    assert await storage.append(session_id, "r", UserMessage(content="m1")) == 1
+    # first-append: the connection never ran the append's statement, so the server
+    # waits to read the rest of a message that never comes (PostgreSQL: ClientRead).
+    before = [] if first else ["m1"]
+    for content in before:
+        assert await storage.append(session_id, "r", UserMessage(content=content)) == 1
     stalled = f"m2-{uuid.uuid4().hex}"
     # The statement that carries the message (or its transaction's COMMIT) goes nowhere.
     proxy.arm("stall-before", re.compile(re.escape(stalled.encode())))
     appended = storage.append(session_id, "r", UserMessage(content=stalled))
-    assert await asyncio.wait_for(appended, UPPER_BOUND) == 2
+    assert await asyncio.wait_for(appended, UPPER_BOUND) == len(before) + 1
     assert not proxy.armed and proxy.events("stalled before"), proxy.log
-    assert await ledger_state(storage, session_id) == LedgerState(2, [1, 2])
-    assert await _contents(server, session_id) == ["m1", stalled]
+    assert await ledger_state(storage, session_id) == LedgerState(
+        len(before) + 1, list(range(1, len(before) + 2))
+    )
+    assert await _contents(server, session_id) == [*before, stalled]
 
 
 async def test_a_write_stalled_after_its_commit_is_settled_not_sent_again(
@@ -262,11 +269,15 @@ async def test_a_statement_running_past_the_deadline_is_not_abandoned(
     _pool_idle(storage)
 
 
+@pytest.mark.parametrize("pool", ["pool", "one-connection"])
 async def test_a_statement_running_past_the_budget_is_abandoned_and_its_session_ended(
-    server: Database, proxy: Proxy, storage: LedgerSessionStorage
+    server: Database, proxy: Proxy, storage: LedgerSessionStorage, pool: str
 ) -> None:
     sleep = facts_of(server.backend).sleep
     assert sleep is not None
+    if pool == "one-connection":  # the question finds no pooled connection free
+        storage = LedgerSessionStorage(proxy.url(server.url), **_options(pool_size=1, max_overflow=0))
+        await storage.ledger.ensure_ready()
     options = storage.ledger.options
     seconds = options.retry_timeout + 30  # a stuck server that still answers questions
 
@@ -287,3 +298,5 @@ async def test_a_statement_running_past_the_budget_is_abandoned_and_its_session_
                 break
             await asyncio.sleep(0.1)
     assert not left, f"{left} sessions still run {marker!r}"
+    if pool == "one-connection":
+        await asyncio.wait_for(storage.close(), TIMEOUT)

@@ -9,7 +9,7 @@ database runs within a deadline of its own (:class:`Deadline`, of
 :class:`chatledger.transactions.Transactions` and by replica reads). At the deadline
 a second connection asks the server whether the attempt's session is at work
 (:class:`chatledger.dialects.Liveness`): a session running a statement, or one whose
-state changed within the last deadline's time, is working slowly, not silent, and
+state changed within the last half deadline, is working slowly, not silent, and
 the attempt gets another deadline, and so does one the question could not be put
 about (no answer within :data:`ASK_LIMIT` seconds: the server is silent, the pool
 has no connection free, or the event loop was held up); but never past the call's
@@ -47,8 +47,9 @@ ATTEMPT_FLOOR = 1.0
 #: Seconds an abandoned attempt whose socket was ended may take to fail on it, before
 #: it is cancelled.
 ABORT_GRACE = 1.0
-#: Seconds the question to the server, whether an attempt's session is at work, may
-#: take; unanswered, the attempt waits on within its budget.
+#: Seconds the question to the server, whether an attempt's session is at work (or the
+#: statement that ends it), may take; unanswered, the attempt waits on within its
+#: budget.
 ASK_LIMIT = 1.0
 #: The share of ``retry_timeout`` one attempt may take: at least this many attempts
 #: fit in the budget when each stalls.
@@ -159,9 +160,12 @@ class Deadline:
             self._timer.cancel()
         asking, self._asking = self._asking, None
         if asking is not None and not asking.done():
-            asking.cancel()
+            if not self.passed:  # the attempt ended first: nothing to ask or end
+                asking.cancel()
+            # Else it ends the abandoned attempt's session, within its own time limit,
+            # even if this task is cancelled meanwhile.
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asking
+                await asyncio.shield(asking)
         await self._timeout.__aexit__(kind, error, traceback)
 
     def _expire(self) -> None:
@@ -187,13 +191,17 @@ class Deadline:
             self._abandon()
             return
         busy: bool | None = None  # unknown: no answer
+        ended = False
         try:
             async with (
                 asyncio.timeout(ASK_LIMIT),
                 conn.engine.connect() as other,
                 abandoned_on_cancel(other, self._abort),
             ):
-                values = {"id": session, "quiet": self.limit}
+                # Quiet: no statement running, and no change for half a deadline (a
+                # statement that reached the server just after the attempt began is
+                # not taken for progress).
+                values = {"id": session, "quiet": self.limit / 2}
                 found = True
                 if not spent:
                     row = (await other.execute(text(liveness.busy), values)).first()
@@ -201,16 +209,33 @@ class Deadline:
                     busy = found and bool(row[0])  # type: ignore[index]
                 if found and not busy:
                     await other.execute(text(liveness.end), values)
+                    ended = True
                 await other.rollback()
         except Exception:  # no answer in time (a silent server, no pooled connection free)
             logger.debug("asking whether an attempt's session is at work failed", exc_info=True)
         loop = asyncio.get_running_loop()
         again = min(self.limit, self._end - loop.time())
-        if spent or busy is False or again <= 0:  # spent, quiet or gone
-            self._abandon()
+        if busy is not False and again > 0:  # at work, or no answer: wait on
+            logger.debug("an attempt past its deadline waits %.3g s more (at work: %s)", again, busy)
+            self._timer = loop.call_later(again, self._expire)
             return
-        logger.debug("an attempt past its deadline waits %.3g s more (at work: %s)", again, busy)
-        self._timer = loop.call_later(again, self._expire)
+        self._abandon()
+        if not ended and busy is not False:
+            # The budget's end found the session at work or unasked: end it now that
+            # the abandoned attempt has given its pooled connection back.
+            await self._end_session(conn, liveness, session)
+
+    async def _end_session(self, conn: AsyncConnection, liveness: Liveness, session: int) -> None:
+        try:
+            async with (
+                asyncio.timeout(ASK_LIMIT),
+                conn.engine.connect() as other,
+                abandoned_on_cancel(other, self._abort),
+            ):
+                await other.execute(text(liveness.end), {"id": session})
+                await other.rollback()
+        except Exception:
+            logger.debug("ending an abandoned attempt's session failed", exc_info=True)
 
     def _abandon(self) -> None:
         """End the connection's socket, so that the statement waiting on it fails as on a

@@ -131,10 +131,10 @@ def _any_of_array(column: ColumnElement[int], values: Sequence[int]) -> ColumnEl
     return column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(BigInteger)))
 
 
-#: Whether a session runs a statement or changed state lately; ending it rolls its
-#: transaction back.
+#: Whether a session runs a statement (not one waiting to read the rest of a message
+#: from a silent client) or changed state lately; ending it rolls its transaction back.
 _LIVENESS_SQL = {
-    "busy": "SELECT state = 'active'"
+    "busy": "SELECT state = 'active' AND wait_event IS DISTINCT FROM 'ClientRead'"
     " OR state_change > clock_timestamp() - make_interval(secs => CAST(:quiet AS double precision))"
     " FROM pg_stat_activity WHERE pid = :id",
     "end": "SELECT pg_terminate_backend(:id)",
