@@ -12,8 +12,11 @@ The hooks below:
   and skip every test of a target that cannot run with ONE reason; when
   ``CHATLEDGER_REQUIRE_BACKENDS`` names the target the run fails at the end, once;
 - skip a test marked ``@pytest.mark.requires(capability, ...)`` on targets lacking it;
-- put each target's tests in one pytest-xdist group (``-n 2 --dist loadgroup``), so
-  one worker starts a target's server and creates its database, once;
+- deselect the tests of a module marked ``dialect_only`` on the variant targets
+  (another driver, another server version: ``Target.varies``);
+- put each container target's tests in one pytest-xdist group (``-n 2 --dist
+  loadgroup``), so one worker starts its container, once; the tests of the other
+  targets spread over the workers one by one, each worker making its own database;
 - summarise, per target, its server and how its tests ended, with skip reasons
   counted instead of repeated.
 """
@@ -64,11 +67,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    variants = [item for item in items if _variant_of_dialect_only(item)]
+    if variants:
+        config.hook.pytest_deselected(items=variants)
+        left_out = set(map(id, variants))
+        items[:] = [item for item in items if id(item) not in left_out]
     for item in items:
         target = target_of(item)
         if target is not None:
-            item.add_marker(pytest.mark.xdist_group(target.name))
+            if target.container is not None:
+                item.add_marker(pytest.mark.xdist_group(target.name))
             item.user_properties.append((TARGET_PROPERTY, target.name))
+
+
+def _variant_of_dialect_only(item: pytest.Item) -> bool:
+    target = target_of(item)
+    return target is not None and target.varies and item.get_closest_marker("dialect_only") is not None
 
 
 @pytest.hookimpl(tryfirst=True)

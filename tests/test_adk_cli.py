@@ -27,7 +27,7 @@ from .support.adk_server import adk_server, agents_dir, session_uri
 from .support.schema_helpers import fresh_database, on_connection
 from .test_adk_import import adk_store
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 REPLY = "answered from the ledger"
 

@@ -1,5 +1,5 @@
 """``chatledger import --adk``: Google ADK's own ``DatabaseSessionService`` tables into
-chatledger's, on every target; read back with ``LedgerSessionService`` they are what
+chatledger's, on every backend; read back with ``LedgerSessionService`` they are what
 ADK's own service returns (events, state), without ``temp:`` state."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from chatledger.tools.moving_in import move_in
 
 from .conftest import Database
 from .support.schema_helpers import dsn_of, fresh_database
+
+pytestmark = pytest.mark.dialect_only
 
 SESSIONS = (("shop", "u1", "s-1", 3), ("shop", "u1", "s-2", 2), ("shop", "u2", "s-1", 1))
 

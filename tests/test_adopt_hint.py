@@ -30,7 +30,7 @@ from .support.fresh import fresh_database
 from .support.schema_helpers import catalog, dsn_of, execute, on_connection, run_alembic
 from .support.zett_data import write_zett_sessions, zett_read_back
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,7 @@ from chatledger import WrongType
 from chatledger.schema import raw_messages_table, sessions_table, snapshots_table
 from chatledger.zett import LedgerSessionStorage
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 USER = UserMessage(content="hello")

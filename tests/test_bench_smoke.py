@@ -13,6 +13,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from chatledger.dsn import resolve_dsn
@@ -22,6 +23,8 @@ from chatledger.tools.bench.measure import _baseline_job, _in_process
 from chatledger.tools.bench.report import framework_notes, framework_rows
 
 from .conftest import Database
+
+pytestmark = pytest.mark.dialect_only
 
 TINY = Sizes(
     append_rounds=2,
@@ -148,7 +151,7 @@ def test_the_arguments() -> None:
 
 
 async def test_the_frameworks_section_runs_and_reports_its_rows(database: Database, tmp_path: Path) -> None:
-    """Each framework's own store and chatledger's adapter, tiny, on every target: every
+    """Each framework's own store and chatledger's adapter, tiny, on every backend: every
     store that could be set up is timed on every call, chatledger's come back clean
     from the concurrency round, and every row is reported."""
     admin = database.server.admin_url if database.server is not None else f"sqlite:///{tmp_path}/"

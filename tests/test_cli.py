@@ -18,6 +18,8 @@ from chatledger.tools.cli import CLOSED_PIPE, run
 from .conftest import Database
 from .support.backends import fresh_name
 
+pytestmark = pytest.mark.dialect_only
+
 PASSWORD = "pw-Sekr1t-do-not-print"
 
 

@@ -22,7 +22,7 @@ from zett_agent.model import ModelUsage
 from chatledger import CorruptData
 from chatledger.zett import LedgerSessionStorage, codec
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 GOOD = UserMessage(content="fine")
 GOOD_JSON = codec.encode_message(GOOD)[1]

@@ -17,7 +17,7 @@ from chatledger.tools.demo import FIRST_STEPS, SECOND_STEPS, record_demo, render
 
 from .conftest import Database
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 
 async def test_demo_persists_compacts_and_restores(database: Database) -> None:

@@ -31,7 +31,7 @@ from .conftest import Database
 from .support.facts import facts_of
 from .support.schema_helpers import ALEMBIC, REPO_ROOT, catalog, dsn_of, fresh_database, on_connection
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 HEAD = head_revision()
 

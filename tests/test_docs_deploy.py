@@ -20,7 +20,7 @@ import pytest
 from .conftest import Database
 from .support.schema_helpers import dsn_of, fresh_database
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Real LangGraph graphs on :class:`chatledger.langgraph.LedgerSaver`, on every target: a
+"""Real LangGraph graphs on :class:`chatledger.langgraph.LedgerSaver`, on every backend: a
 tool-calling agent with a scripted model (no network), an interrupt resumed by another
 process, a subgraph's namespace, time travel and forks, every durability mode, and two
 processes running graphs on different threads of one database."""
@@ -22,6 +22,8 @@ from chatledger.langgraph import LedgerSaver
 from .conftest import Database
 from .support.langgraph_graphs import agent, approval, config, question, with_subgraph
 from .support.throwaway import ROOT
+
+pytestmark = pytest.mark.dialect_only
 
 #: Seconds a worker process may take.
 WORKER_TIMEOUT = 120

@@ -29,6 +29,8 @@ from .conftest import Database
 from .support.fresh import fresh_database
 from .support.langgraph_graphs import agent, approval, config, question
 
+pytestmark = pytest.mark.dialect_only
+
 THREADS = ("agent-1", "agent-2", "waiting")
 
 

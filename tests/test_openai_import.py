@@ -1,5 +1,5 @@
 """``chatledger import --openai-sdk``: the OpenAI Agents SDK's own tables (written by its
-``SQLAlchemySession``) into chatledger's, on every target; chatledger's own
+``SQLAlchemySession``) into chatledger's, on every backend; chatledger's own
 ``agent_sessions`` is never taken for the SDK's."""
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from chatledger.tools.rows import Record
 
 from .conftest import Database
 from .support.schema_helpers import fresh_database
+
+pytestmark = pytest.mark.dialect_only
 
 
 async def sdk_store(path: Path, sessions: dict[str, int]) -> str:

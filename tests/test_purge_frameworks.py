@@ -42,6 +42,8 @@ from chatledger.tools import cli
 from .conftest import Database
 from .support.schema_helpers import fresh_database
 
+pytestmark = pytest.mark.dialect_only
+
 
 @pytest.fixture
 async def url(database: Database, tmp_path: Path) -> AsyncIterator[URL]:

@@ -34,6 +34,8 @@ from .conftest import Database
 from .support.fresh import fresh_database
 from .support.zett_data import write_sessions
 
+pytestmark = pytest.mark.dialect_only
+
 
 @pytest.fixture(autouse=True)
 def no_env_dsn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

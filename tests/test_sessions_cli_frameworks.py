@@ -25,7 +25,7 @@ from chatledger.zett import LedgerSessionStorage
 from .conftest import Database
 from .support.fresh import fresh_database
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 #: The id every framework has a session of.
 SHARED = "shared-id"

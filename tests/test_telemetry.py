@@ -1,5 +1,5 @@
 """OpenTelemetry spans and metrics of the stores' operations (chatledger.telemetry), read
-from the SDK's in-memory exporter and metric reader on every target.
+from the SDK's in-memory exporter and metric reader on every backend.
 
 Each test installs fresh global providers (the test utilities' reset first and after,
 so that none leaks into another test), as an application sets its own up; chatledger
@@ -56,6 +56,8 @@ from .support.backends import Servers
 from .support.facts import facts_of
 from .support.proxy import Proxy, commit_point, running_proxy
 from .support.throwaway import migrated_database, shared_server
+
+pytestmark = pytest.mark.dialect_only
 
 #: Seconds any single wait may take before the test fails.
 TIMEOUT = 60.0

@@ -45,7 +45,7 @@ from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.zett_data import read_back, write_sessions
 
-pytestmark = pytest.mark.one_transaction_at_a_time
+pytestmark = [pytest.mark.one_transaction_at_a_time, pytest.mark.dialect_only]
 
 REIN_IDS = ["rein-one", "rein-two"]
 

@@ -32,6 +32,8 @@ from .support.backends import BACKENDS, Servers
 from .support.facts import facts_of
 from .support.fresh import fresh_database
 
+pytestmark = pytest.mark.dialect_only
+
 OPENAI_IDS = ["oa-popped", "oa-cleared", "oa-again"]
 APP = "shop"
 #: (user, session id) of the ADK sessions that stay; "gone" is deleted.

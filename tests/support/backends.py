@@ -70,6 +70,12 @@ class Target:
     driver: str | None = None
 
     @property
+    def varies(self) -> bool:
+        """Whether the target is a variant of its dialect's home target (another driver
+        or another server version): modules marked ``dialect_only`` leave it out."""
+        return self.driver is not None or self.container is not None
+
+    @property
     def source(self) -> str:
         if self.variable:
             return f"${self.variable}" + (f" through {self.driver}" if self.driver else "")
