@@ -574,7 +574,7 @@ def _with_writes(checkpoints: Select[Any], order: Sequence[Column[Any]]) -> Sele
     """The checkpoints ``checkpoints`` selects (its own order and limit), each with its
     pending writes in the same statement: a row per write (``w_`` columns ``NULL`` for
     a checkpoint with none), in ``order`` (descending) of the checkpoints, each
-    checkpoint's rows together."""
+    checkpoint's rows together. No ``order`` for one checkpoint: no sort either."""
     found = checkpoints.subquery("found")
     joined = found.outerjoin(
         _writes,
@@ -664,7 +664,7 @@ _OF_NAMESPACE = and_(
 #: A namespace's latest checkpoint (read backwards on the primary key), with its writes.
 _LATEST = _with_writes(
     select(*_STORED).where(_OF_NAMESPACE).order_by(_checkpoints.c.checkpoint_id.desc()).limit(1),
-    [_checkpoints.c.checkpoint_id],
+    (),
 )
 #: One checkpoint by its id, with its writes.
 _BY_ID = _with_writes(
@@ -672,7 +672,7 @@ _BY_ID = _with_writes(
         _OF_NAMESPACE,
         _checkpoints.c.checkpoint_id == bindparam("checkpoint_id", type_=_checkpoints.c.checkpoint_id.type),
     ),
-    [_checkpoints.c.checkpoint_id],
+    (),
 )
 
 
