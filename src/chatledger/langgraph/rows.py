@@ -3,10 +3,12 @@
 for :class:`chatledger.engine.Ledger`.
 
 Every write of a thread locks its thread row first (an ``UPDATE`` that moves its
-``version``, or the row's ``INSERT``), so the writers of one thread take turns and what
-each reads of the thread under that lock stays true until its COMMIT: which blob
-versions and writes are stored already, whether the thread is a tombstone, and its
-``deleted_through`` horizon.
+``version``, returning the row where the database can, or the row's ``INSERT``), so the
+writers of one thread take turns and what each reads of the thread under that lock
+stays true until its COMMIT: whether the thread is a tombstone, and its
+``deleted_through`` horizon. Its rows then go in as one insert per table that keeps, or
+replaces, a row stored under the same key (:attr:`chatledger.dialects.Backend.merge_insert`),
+so a put asks nothing else first; the statements of these hot paths are built once.
 
 **Stale writes.** A delete erases a thread's checkpoints, blobs and writes and keeps
 its row as a tombstone, raising ``deleted_through`` to the instant of the latest
@@ -614,16 +616,57 @@ def _gathered(found: Iterable[Any]) -> list[tuple[Stored, list[Write]]]:
     return gathered
 
 
-_BLOB_KEY = tuple_(_blobs.c.thread_id, _blobs.c.checkpoint_ns, _blobs.c.channel, _blobs.c.version)
-#: The blobs of a set of keys (``keys``: (thread, namespace, channel, version) tuples).
-_BLOBS = select(
+_BLOB_COLUMNS = (
     _blobs.c.thread_id,
     _blobs.c.checkpoint_ns,
     _blobs.c.channel,
     _blobs.c.version,
     _blobs.c.value_type,
     _blobs.c.value_blob,
-).where(_BLOB_KEY.in_(bindparam("keys", expanding=True)))
+)
+#: The blobs of one thread's namespace whose channel is one of ``channels`` and version
+#: one of ``versions``: each an equality or an ``IN`` list on the primary key's columns,
+#: so every backend searches the key (SQLite scans the table for a row value ``IN`` a
+#: list of more than one). A superset of the keys wanted; the caller keeps those.
+_BLOBS = select(*_BLOB_COLUMNS).where(
+    _blobs.c.thread_id == bindparam("thread_id", type_=_blobs.c.thread_id.type),
+    _blobs.c.checkpoint_ns == bindparam("checkpoint_ns", type_=_blobs.c.checkpoint_ns.type),
+    _blobs.c.channel.in_(bindparam("channels", expanding=True)),
+    _blobs.c.version.in_(bindparam("versions", expanding=True)),
+)
+
+
+def _blobs_of(keys: Iterable[tuple[str, str, str, str]]) -> tuple[Select[Any], dict[str, Any]]:
+    """The statement and parameters of :data:`_BLOBS` for ``keys`` (thread, namespace,
+    channel, version); of more than one namespace, one such condition each, or-ed."""
+    groups: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+    for thread_id, checkpoint_ns, channel, version in keys:
+        channels, versions = groups.setdefault((thread_id, checkpoint_ns), (set(), set()))
+        channels.add(channel)
+        versions.add(version)
+    if len(groups) == 1:
+        ((thread_id, checkpoint_ns), (channels, versions)) = groups.popitem()
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "channels": sorted(channels),
+            "versions": sorted(versions),
+        }
+        return _BLOBS, params
+    query = select(*_BLOB_COLUMNS).where(
+        or_(
+            *(
+                and_(
+                    _blobs.c.thread_id == thread_id,
+                    _blobs.c.checkpoint_ns == checkpoint_ns,
+                    _blobs.c.channel.in_(sorted(channels)),
+                    _blobs.c.version.in_(sorted(versions)),
+                )
+                for (thread_id, checkpoint_ns), (channels, versions) in sorted(groups.items())
+            )
+        )
+    )
+    return query, {}
 
 
 async def _complete(
@@ -639,7 +682,8 @@ async def _complete(
     }
     blobs: dict[tuple[str, str], list[Blob]] = {}
     if blob_keys:
-        for blob in await conn.execute(_BLOBS, {"keys": sorted(blob_keys)}):
+        query, params = _blobs_of(blob_keys)
+        for blob in await conn.execute(query, params):
             blobs.setdefault((blob.thread_id, blob.checkpoint_ns), []).append(
                 Blob(blob.channel, blob.version, blob.value_type, blob.value_blob)
             )
