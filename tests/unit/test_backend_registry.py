@@ -284,6 +284,7 @@ def test_a_stub_fourth_backend_lists_exactly_what_it_lacks(registry: None, tmp_p
     missing = gaps(dialects.registered())
     assert {name: lacks for name, lacks in missing.items() if lacks} == {
         "cockroachdb+asyncpg": [
+            "field merge_insert",
             "field save_rein_session",
             "field greatest",
             "field transient_codes",

@@ -1,15 +1,15 @@
 """The parts of the append and the rein save that every backend's statements share:
 the counter row's insert, the session fields an append sets, the parameters, the
-message insert, and the ``INSERT .. ON CONFLICT .. RETURNING`` forms PostgreSQL and
-SQLite share (each backend's module builds its own statements from them)."""
+message insert, and the ``INSERT .. ON CONFLICT`` forms PostgreSQL and SQLite share
+(each backend's module builds its own statements from them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, func, or_, select
+from sqlalchemy import Table, and_, bindparam, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table
@@ -210,3 +210,20 @@ async def save_rein_returning(
         where=tombstone if only_if_absent else None,
     )
     return (await conn.execute(statement.returning(table.c.version))).scalar_one_or_none()
+
+
+def conflict_merge(insert: Callable[..., Any]) -> Callable[[Table, Sequence[str]], Any]:
+    """PostgreSQL and SQLite: :attr:`chatledger.dialects.Backend.merge_insert` as
+    ``INSERT .. ON CONFLICT (primary key) DO UPDATE SET`` the ``replace`` columns to
+    the inserted values, or ``DO NOTHING`` with none."""
+
+    def merge(table: Table, replace: Sequence[str]) -> Any:
+        statement = insert(table)
+        key = list(table.primary_key.columns)
+        if not replace:
+            return statement.on_conflict_do_nothing(index_elements=key)
+        return statement.on_conflict_do_update(
+            index_elements=key, set_={name: statement.excluded[name] for name in replace}
+        )
+
+    return merge

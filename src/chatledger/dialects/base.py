@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, DateTime, LargeBinary, String, bindparam
+from sqlalchemy import ColumnElement, DateTime, LargeBinary, String, Table, bindparam
 from sqlalchemy.engine import URL, Connection, CursorResult, Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -447,6 +447,15 @@ class Backend:
     #: lists, in order) and returns the generation written into, a row per item; no
     #: row when the counter row is missing. ``None``: the add's own two statements.
     items_add: Callable[[Any], Any] | None = None
+    #: An ``INSERT`` of rows of a table (their values bound at execution, one row or
+    #: many) that meets a row holding a row's primary key by setting the ``replace``
+    #: columns to the inserted values, or, with none, by leaving the stored row alone:
+    #: no error, so nothing rolls back (``ON CONFLICT .. DO UPDATE`` / ``DO NOTHING``,
+    #: MySQL's ``ON DUPLICATE KEY UPDATE``). For tables whose only unique key is the
+    #: primary key. Built once per table and columns by its caller.
+    merge_insert: Callable[[Table, Sequence[str]], Any] = field(
+        default=_lacking("merge_insert"), metadata=_REQUIRED
+    )
     #: The race-free upsert of one rein session row.
     save_rein_session: ReinSaver = field(default=_lacking("save_rein_session"), metadata=_REQUIRED)
     #: The greater of its arguments, in one SQL expression (NULL if any is NULL):

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Dialect,
+    Table,
     and_,
     bindparam,
     event,
@@ -595,6 +596,18 @@ def _later_gtids(one: str, other: str) -> str:
 _REPLICATION = Replication(position=_gtid_position, wait=_wait_gtid, later=_later_gtids)
 
 
+def _merge_insert_mysql(table: Table, replace: Sequence[str]) -> Any:
+    """:attr:`Backend.merge_insert`: ``INSERT .. ON DUPLICATE KEY UPDATE`` the ``replace``
+    columns to the inserted values, or, with none, the key's first column to itself (no
+    change: the stored row is kept). Never ``INSERT IGNORE``, which would turn other
+    errors (a value too long) into warnings."""
+    statement = mysql.insert(table)
+    if not replace:
+        first = next(iter(table.primary_key.columns))
+        return statement.on_duplicate_key_update({first.name: first})
+    return statement.on_duplicate_key_update({name: statement.inserted[name] for name in replace})
+
+
 AIOMYSQL = Backend(
     name="mysql",
     display_name="MySQL/MariaDB",
@@ -615,6 +628,7 @@ AIOMYSQL = Backend(
     # failure comes out of the COMMIT: chatledger does not use it there).
     single_append_rolled_back_codes=frozenset({1213, 1205, 1020}),
     save_rein_session=_save_rein_mysql,
+    merge_insert=_merge_insert_mysql,
     greatest=func.greatest,
     # ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, and ER_CHECKREAD ("Record has changed
     # since it was read"): MariaDB's snapshot isolation (innodb_snapshot_isolation,

@@ -40,7 +40,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from ..options import LedgerOptions
 from ..schema import metadata, openai_items_table, raw_messages_table
 from ..types import BigInt
-from .appends import MESSAGE_COLUMNS, append_params, counter_advance, counter_upsert, save_rein_returning
+from .appends import (
+    MESSAGE_COLUMNS,
+    append_params,
+    conflict_merge,
+    counter_advance,
+    counter_upsert,
+    save_rein_returning,
+)
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
@@ -527,6 +534,7 @@ ASYNCPG = Backend(
     append_message=_append_postgresql,
     single_append=_single_append_postgresql,
     save_rein_session=_save_rein_postgresql,
+    merge_insert=conflict_merge(postgresql.insert),
     items_add=_items_add_postgresql,
     greatest=func.greatest,
     order_live_by_tombstone=True,

@@ -35,7 +35,14 @@ from ..errors import ConfigurationError
 from ..options import LedgerOptions
 from ..schema import sessions_table
 from ..types import BigInt
-from .appends import MESSAGE_INSERT, append_params, counted_insert, counter_upsert, save_rein_returning
+from .appends import (
+    MESSAGE_INSERT,
+    append_params,
+    conflict_merge,
+    counted_insert,
+    counter_upsert,
+    save_rein_returning,
+)
 from .base import (
     AUTOCOMMIT_FIX,
     BEGUN_BY_DRIVER,
@@ -459,6 +466,7 @@ AIOSQLITE = Backend(
     append_routine_usable=_counter_trigger_found,
     rebuild_triggers=_rebuild_triggers_sqlite,
     save_rein_session=_save_rein_sqlite,
+    merge_insert=conflict_merge(sqlite.insert),
     greatest=func.max,
     # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes, reduced below)
     transient_codes=frozenset({5, 6}),

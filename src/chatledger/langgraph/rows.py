@@ -3,10 +3,12 @@
 for :class:`chatledger.engine.Ledger`.
 
 Every write of a thread locks its thread row first (an ``UPDATE`` that moves its
-``version``, or the row's ``INSERT``), so the writers of one thread take turns and what
-each reads of the thread under that lock stays true until its COMMIT: which blob
-versions and writes are stored already, whether the thread is a tombstone, and its
-``deleted_through`` horizon.
+``version``, returning the row where the database can, or the row's ``INSERT``), so the
+writers of one thread take turns and what each reads of the thread under that lock
+stays true until its COMMIT: whether the thread is a tombstone, and its
+``deleted_through`` horizon. Its rows then go in as one insert per table that keeps, or
+replaces, a row stored under the same key (:attr:`chatledger.dialects.Backend.merge_insert`),
+so a put asks nothing else first; the statements of these hot paths are built once.
 
 **Stale writes.** A delete erases a thread's checkpoints, blobs and writes and keeps
 its row as a tombstone, raising ``deleted_through`` to the instant of the latest
@@ -32,10 +34,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import clock, marks
+from ..dialects import Backend
 from ..engine import Ledger
 from ..errors import SessionDeleted
 from ..identity import Found, Generation, Part, WriteIdentity, counter_generation
@@ -195,16 +211,86 @@ class Thread:
     deleted_through: int | None
 
 
+class _Statements:
+    """The statements of the saver's hot paths on one backend, built once: SQLAlchemy
+    then reuses their cache keys and compiled forms on every call.
+
+    ``returning``: the database returns an ``UPDATE``'s rows (SQLAlchemy's
+    ``dialect.update_returning``), so the thread row's lock reads the row back in the
+    same statement."""
+
+    def __init__(self, backend: Backend, returning: bool) -> None:
+        self.returning = returning
+        this = _threads.c.id == bindparam("thread_id", type_=_threads.c.id.type)
+        updated_at = _threads.c.updated_at
+        bump = (
+            update(_threads)
+            .where(this)
+            .values(
+                version=_threads.c.version + 1,
+                updated_at=backend.greatest(
+                    updated_at, bindparam("now", type_=updated_at.type), type_=updated_at.type
+                ),
+            )
+        )
+        columns = (_threads.c.generation, _threads.c.deleted_at, _threads.c.deleted_through)
+        self.bump = bump.returning(*columns) if returning else bump
+        self.thread = select(*columns).where(this)
+        self.checkpoint = backend.merge_insert(
+            _checkpoints,
+            (
+                "parent_checkpoint_id",
+                "checkpoint_type",
+                "checkpoint_blob",
+                "metadata_json",
+                "run_id",
+                "write_id",
+            ),
+        )
+        self.blobs = backend.merge_insert(_blobs, ())
+        self.writes = backend.merge_insert(_writes, ())
+        self.replace_writes = backend.merge_insert(
+            _writes, ("task_path", "channel", "value_type", "value_blob", "write_id")
+        )
+
+
+_built: dict[tuple[str, bool], _Statements] = {}
+
+
+def _statements(ledger: Ledger, conn: AsyncConnection) -> _Statements:
+    returning = bool(conn.dialect.update_returning)
+    key = (ledger.backend.name, returning)
+    found = _built.get(key)
+    if found is None:
+        found = _built[key] = _Statements(ledger.backend, returning)
+    return found
+
+
+async def _execute(conn: AsyncConnection, statement: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """One row as one statement, more as the driver's ``executemany`` (each row still
+    a statement of its own size, as the statement limit was checked)."""
+    if len(rows) == 1:
+        await conn.execute(statement, rows[0])
+    elif rows:
+        await conn.execute(statement, list(rows))
+
+
 async def lock_thread(conn: AsyncConnection, ledger: Ledger, thread_id: str, now: datetime) -> Thread:
     """Lock ``thread_id``'s row, creating it for a new thread, and move its ``version``
-    (every write does: a purge that read the thread before it keeps it)."""
-    this = _threads.c.id == thread_id
-    bump = (
-        update(_threads)
-        .where(this)
-        .values(version=_threads.c.version + 1, updated_at=ledger.backend.latest(_threads.c.updated_at, now))
-    )
-    if (await conn.execute(bump)).rowcount != 1:
+    (every write does: a purge that read the thread before it keeps it). One statement
+    for a thread that exists where the database returns an ``UPDATE``'s rows; else the
+    row is read back after it."""
+    built = _statements(ledger, conn)
+    params = {"thread_id": thread_id, "now": now}
+    moved = await conn.execute(built.bump, params)
+    if built.returning:
+        row = moved.one_or_none()
+        if row is not None:
+            return Thread(int(row.generation), row.deleted_at, row.deleted_through)
+        bumped = False
+    else:
+        bumped = moved.rowcount == 1
+    if not bumped:
         # A new row: a purged tombstone's mark, if any, makes it that tombstone again.
         mark = await marks.take(conn, marks.LANGGRAPH, thread_id)
         carried: dict[str, Any] = {}
@@ -214,12 +300,8 @@ async def lock_thread(conn: AsyncConnection, ledger: Ledger, thread_id: str, now
                 carried["deleted_through"] = int(mark.last_sequence)
         new = insert(_threads).values(id=thread_id, created_at=now, updated_at=now, **carried)
         if not await insert_unless_present(conn, new):
-            await conn.execute(bump)
-    row = (
-        await conn.execute(
-            select(_threads.c.generation, _threads.c.deleted_at, _threads.c.deleted_through).where(this)
-        )
-    ).one()
+            await conn.execute(built.bump, params)
+    row = (await conn.execute(built.thread, params)).one()
     return Thread(int(row.generation), row.deleted_at, row.deleted_through)
 
 
@@ -265,15 +347,14 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
             earlier one); nothing of this call written.
     """
     key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-    this = and_(
-        _checkpoints.c.thread_id == row.thread_id,
-        _checkpoints.c.checkpoint_ns == row.checkpoint_ns,
-        _checkpoints.c.checkpoint_id == row.checkpoint_id,
-    )
-
     attempts = 0
 
     async def find(conn: AsyncConnection) -> Found[bool] | None:
+        this = and_(
+            _checkpoints.c.thread_id == row.thread_id,
+            _checkpoints.c.checkpoint_ns == row.checkpoint_ns,
+            _checkpoints.c.checkpoint_id == row.checkpoint_id,
+        )
         found = (
             await conn.execute(
                 select(
@@ -311,57 +392,43 @@ async def put(ledger: Ledger, row: Stored, blobs: Sequence[Blob], write_id: str)
         await _refuse_stale(conn, thread, row.thread_id, row.checkpoint_ns, named)
         if thread.deleted_at is not None:  # the next generation starts
             await conn.execute(update(_threads).where(_threads.c.id == row.thread_id).values(deleted_at=None))
+        built = _statements(ledger, conn)
         if blobs:
-            await _insert_blobs(conn, row.thread_id, row.checkpoint_ns, blobs, now)
-        values = {
-            "parent_checkpoint_id": row.parent_checkpoint_id,
-            "checkpoint_type": row.type,
-            "checkpoint_blob": row.data,
-            "metadata_json": row.metadata_json,
-            "run_id": row.run_id,
-            "write_id": write_id,
-        }
-        fresh = insert(_checkpoints).values(
-            thread_id=key[0], checkpoint_ns=key[1], checkpoint_id=key[2], created_at=now, **values
+            await _execute(
+                conn,
+                built.blobs,
+                [
+                    {
+                        "thread_id": row.thread_id,
+                        "checkpoint_ns": row.checkpoint_ns,
+                        "channel": blob.channel,
+                        "version": blob.version,
+                        "value_type": blob.type,
+                        "value_blob": blob.data,
+                        "created_at": now,
+                    }
+                    for blob in {(blob.channel, blob.version): blob for blob in blobs}.values()
+                ],
+            )
+        await conn.execute(
+            built.checkpoint,
+            {
+                "thread_id": key[0],
+                "checkpoint_ns": key[1],
+                "checkpoint_id": key[2],
+                "parent_checkpoint_id": row.parent_checkpoint_id,
+                "checkpoint_type": row.type,
+                "checkpoint_blob": row.data,
+                "metadata_json": row.metadata_json,
+                "run_id": row.run_id,
+                "write_id": write_id,
+                "created_at": now,
+            },
         )
-        if not await insert_unless_present(conn, fresh):
-            await conn.execute(update(_checkpoints).where(this).values(**values))
         identity.made(thread.generation, True)
         return True
 
     await ledger.write(work, identity=identity, first_writes=True)
-
-
-async def _insert_blobs(
-    conn: AsyncConnection, thread_id: str, checkpoint_ns: str, blobs: Sequence[Blob], now: datetime
-) -> None:
-    """Insert the blobs not stored yet (under the thread's lock: no other writer adds any)."""
-    keys = [(blob.channel, blob.version) for blob in blobs]
-    present = {
-        (found.channel, found.version)
-        for found in await conn.execute(
-            select(_blobs.c.channel, _blobs.c.version).where(
-                _blobs.c.thread_id == thread_id,
-                _blobs.c.checkpoint_ns == checkpoint_ns,
-                tuple_(_blobs.c.channel, _blobs.c.version).in_(keys),
-            )
-        )
-    }
-    missing = [
-        {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "channel": blob.channel,
-            "version": blob.version,
-            "value_type": blob.type,
-            "value_blob": blob.data,
-            "created_at": now,
-        }
-        for blob in {(blob.channel, blob.version): blob for blob in blobs}.values()
-        if (blob.channel, blob.version) not in present
-    ]
-    for one in missing:  # one statement each: each row is checked against the statement limit
-        await conn.execute(insert(_blobs).values(**one))
 
 
 # -- put_writes ----------------------------------------------------------------------------
@@ -458,39 +525,29 @@ async def put_writes(
         if attempts > 1 and await identity.settle(conn):
             raise _Settled
         await _refuse_stale(conn, thread, thread_id, checkpoint_ns, checkpoint_id)
-        present = {
-            (found.task_id, int(found.idx))
-            for found in await conn.execute(
-                select(_writes.c.task_id, _writes.c.idx).where(of_checkpoint, _writes.c.task_id.in_(task_ids))
-            )
-        }
-        for write in writes:
-            values = {
-                "task_path": write.task_path,
-                "channel": write.channel,
-                "value_type": write.type,
-                "value_blob": write.data,
-                "write_id": write_id,
-            }
-            if (write.task_id, write.idx) not in present:
-                await conn.execute(
-                    insert(_writes).values(
-                        thread_id=thread_id,
-                        checkpoint_ns=checkpoint_ns,
-                        checkpoint_id=checkpoint_id,
-                        task_id=write.task_id,
-                        idx=write.idx,
-                        created_at=now,
-                        **values,
-                    )
-                )
-                present.add((write.task_id, write.idx))
-            elif replace:
-                await conn.execute(
-                    update(_writes)
-                    .where(of_checkpoint, _writes.c.task_id == write.task_id, _writes.c.idx == write.idx)
-                    .values(**values)
-                )
+        # Each key once, as the call stores it (``kept``): an insert that keeps a
+        # stored write under its key, or, replacing, one that replaces it.
+        built = _statements(ledger, conn)
+        await _execute(
+            conn,
+            built.replace_writes if replace else built.writes,
+            [
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                    "task_id": write.task_id,
+                    "idx": write.idx,
+                    "task_path": write.task_path,
+                    "channel": write.channel,
+                    "value_type": write.type,
+                    "value_blob": write.data,
+                    "write_id": write_id,
+                    "created_at": now,
+                }
+                for write in kept.values()
+            ],
+        )
         identity.made(thread.generation, True)
         return True
 
@@ -504,67 +561,163 @@ def _checkpoint_key(thread_id: str, checkpoint_ns: str) -> ColumnElement[bool]:
     return and_(_checkpoints.c.thread_id == thread_id, _checkpoints.c.checkpoint_ns == checkpoint_ns)
 
 
-async def _complete(conn: AsyncConnection, rows: Sequence[Stored], wanted: Wanted) -> list[Loaded]:
-    """The blobs and pending writes of ``rows``, in the caller's read transaction: one
-    statement for each."""
-    if not rows:
-        return []
+#: A pending write's columns, brought along with its checkpoint (``w_<name>``).
+_WRITE_COLUMNS = (
+    _writes.c.task_id,
+    _writes.c.idx,
+    _writes.c.task_path,
+    _writes.c.channel,
+    _writes.c.value_type,
+    _writes.c.value_blob,
+)
+
+
+def _with_writes(checkpoints: Select[Any], order: Sequence[Column[Any]]) -> Select[Any]:
+    """The checkpoints ``checkpoints`` selects (its own order and limit), each with its
+    pending writes in the same statement: a row per write (``w_`` columns ``NULL`` for
+    a checkpoint with none), in ``order`` (descending) of the checkpoints, each
+    checkpoint's rows together. No ``order`` for one checkpoint: no sort either."""
+    found = checkpoints.subquery("found")
+    joined = found.outerjoin(
+        _writes,
+        and_(
+            _writes.c.thread_id == found.c.thread_id,
+            _writes.c.checkpoint_ns == found.c.checkpoint_ns,
+            _writes.c.checkpoint_id == found.c.checkpoint_id,
+        ),
+    )
+    return (
+        select(*found.c, *(column.label(f"w_{column.name}") for column in _WRITE_COLUMNS))
+        .select_from(joined)
+        .order_by(*(found.c[column.name].desc() for column in order))
+    )
+
+
+def _gathered(found: Iterable[Any]) -> list[tuple[Stored, list[Write]]]:
+    """The rows of a :func:`_with_writes` statement as checkpoints and their writes."""
+    gathered: list[tuple[Stored, list[Write]]] = []
+    last: tuple[str, str, str] | None = None
+    for row in found:
+        key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+        if key != last:
+            gathered.append((_stored(row), []))
+            last = key
+        if row.w_task_id is not None:
+            gathered[-1][1].append(
+                Write(
+                    row.w_task_id,
+                    int(row.w_idx),
+                    row.w_task_path,
+                    row.w_channel,
+                    row.w_value_type,
+                    row.w_value_blob,
+                )
+            )
+    return gathered
+
+
+_BLOB_COLUMNS = (
+    _blobs.c.thread_id,
+    _blobs.c.checkpoint_ns,
+    _blobs.c.channel,
+    _blobs.c.version,
+    _blobs.c.value_type,
+    _blobs.c.value_blob,
+)
+#: The blobs of one thread's namespace whose channel is one of ``channels`` and version
+#: one of ``versions``: each an equality or an ``IN`` list on the primary key's columns,
+#: so every backend searches the key (SQLite scans the table for a row value ``IN`` a
+#: list of more than one). A superset of the keys wanted; the caller keeps those.
+_BLOBS = select(*_BLOB_COLUMNS).where(
+    _blobs.c.thread_id == bindparam("thread_id", type_=_blobs.c.thread_id.type),
+    _blobs.c.checkpoint_ns == bindparam("checkpoint_ns", type_=_blobs.c.checkpoint_ns.type),
+    _blobs.c.channel.in_(bindparam("channels", expanding=True)),
+    _blobs.c.version.in_(bindparam("versions", expanding=True)),
+)
+
+
+def _blobs_of(keys: Iterable[tuple[str, str, str, str]]) -> tuple[Select[Any], dict[str, Any]]:
+    """The statement and parameters of :data:`_BLOBS` for ``keys`` (thread, namespace,
+    channel, version); of more than one namespace, one such condition each, or-ed."""
+    groups: dict[tuple[str, str], tuple[set[str], set[str]]] = {}
+    for thread_id, checkpoint_ns, channel, version in keys:
+        channels, versions = groups.setdefault((thread_id, checkpoint_ns), (set(), set()))
+        channels.add(channel)
+        versions.add(version)
+    if len(groups) == 1:
+        ((thread_id, checkpoint_ns), (channels, versions)) = groups.popitem()
+        params = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "channels": sorted(channels),
+            "versions": sorted(versions),
+        }
+        return _BLOBS, params
+    query = select(*_BLOB_COLUMNS).where(
+        or_(
+            *(
+                and_(
+                    _blobs.c.thread_id == thread_id,
+                    _blobs.c.checkpoint_ns == checkpoint_ns,
+                    _blobs.c.channel.in_(sorted(channels)),
+                    _blobs.c.version.in_(sorted(versions)),
+                )
+                for (thread_id, checkpoint_ns), (channels, versions) in sorted(groups.items())
+            )
+        )
+    )
+    return query, {}
+
+
+async def _complete(
+    conn: AsyncConnection, found: Sequence[tuple[Stored, list[Write]]], wanted: Wanted
+) -> list[Loaded]:
+    """The blobs of the checkpoints ``found`` (with their writes), in the caller's read
+    transaction: one statement, none when no checkpoint needs a blob."""
+    needs = [(row, set(wanted(row))) for row, _ in found]
     blob_keys = {
         (row.thread_id, row.checkpoint_ns, channel, version)
-        for row in rows
-        for channel, version in wanted(row)
+        for row, needed in needs
+        for channel, version in needed
     }
     blobs: dict[tuple[str, str], list[Blob]] = {}
     if blob_keys:
-        found = await conn.execute(
-            select(
-                _blobs.c.thread_id,
-                _blobs.c.checkpoint_ns,
-                _blobs.c.channel,
-                _blobs.c.version,
-                _blobs.c.value_type,
-                _blobs.c.value_blob,
-            ).where(
-                tuple_(_blobs.c.thread_id, _blobs.c.checkpoint_ns, _blobs.c.channel, _blobs.c.version).in_(
-                    sorted(blob_keys)
-                )
-            )
-        )
-        for blob in found:
+        query, params = _blobs_of(blob_keys)
+        for blob in await conn.execute(query, params):
             blobs.setdefault((blob.thread_id, blob.checkpoint_ns), []).append(
                 Blob(blob.channel, blob.version, blob.value_type, blob.value_blob)
             )
-    writes: dict[tuple[str, str, str], list[Write]] = {}
-    keys = sorted({(row.thread_id, row.checkpoint_ns, row.checkpoint_id) for row in rows})
-    found = await conn.execute(
-        select(
-            _writes.c.thread_id,
-            _writes.c.checkpoint_ns,
-            _writes.c.checkpoint_id,
-            _writes.c.task_id,
-            _writes.c.idx,
-            _writes.c.task_path,
-            _writes.c.channel,
-            _writes.c.value_type,
-            _writes.c.value_blob,
-        ).where(tuple_(_writes.c.thread_id, _writes.c.checkpoint_ns, _writes.c.checkpoint_id).in_(keys))
-    )
-    for write in found:
-        writes.setdefault((write.thread_id, write.checkpoint_ns, write.checkpoint_id), []).append(
-            _write(write)
+    return [
+        Loaded(
+            row,
+            [
+                blob
+                for blob in blobs.get((row.thread_id, row.checkpoint_ns), [])
+                if (blob.channel, blob.version) in needed
+            ],
+            writes,
         )
-    loaded = []
-    for row in rows:
-        needed = set(wanted(row))
-        mine = [
-            blob
-            for blob in blobs.get((row.thread_id, row.checkpoint_ns), [])
-            if (blob.channel, blob.version) in needed
-        ]
-        loaded.append(
-            Loaded(row, mine, writes.get((row.thread_id, row.checkpoint_ns, row.checkpoint_id), []))
-        )
-    return loaded
+        for (row, needed), (_, writes) in zip(needs, found, strict=True)
+    ]
+
+
+_OF_NAMESPACE = and_(
+    _checkpoints.c.thread_id == bindparam("thread_id", type_=_checkpoints.c.thread_id.type),
+    _checkpoints.c.checkpoint_ns == bindparam("checkpoint_ns", type_=_checkpoints.c.checkpoint_ns.type),
+)
+#: A namespace's latest checkpoint (read backwards on the primary key), with its writes.
+_LATEST = _with_writes(
+    select(*_STORED).where(_OF_NAMESPACE).order_by(_checkpoints.c.checkpoint_id.desc()).limit(1),
+    (),
+)
+#: One checkpoint by its id, with its writes.
+_BY_ID = _with_writes(
+    select(*_STORED).where(
+        _OF_NAMESPACE,
+        _checkpoints.c.checkpoint_id == bindparam("checkpoint_id", type_=_checkpoints.c.checkpoint_id.type),
+    ),
+    (),
+)
 
 
 async def get(
@@ -572,18 +725,18 @@ async def get(
 ) -> Loaded | None:
     """The checkpoint ``checkpoint_id`` of the thread's namespace, or its latest (the
     highest id, read backwards on the primary key: one row whatever the thread's
-    length), with its blobs and writes, in one snapshot."""
-    query = select(*_STORED).where(_checkpoint_key(thread_id, checkpoint_ns))
+    length), with its pending writes in the same statement, and its blobs, in one
+    snapshot."""
+    params = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
+    query = _LATEST
     if checkpoint_id is not None:
-        query = query.where(_checkpoints.c.checkpoint_id == checkpoint_id)
-    else:
-        query = query.order_by(_checkpoints.c.checkpoint_id.desc()).limit(1)
+        query, params["checkpoint_id"] = _BY_ID, checkpoint_id
 
     async def work(conn: AsyncConnection) -> Loaded | None:
-        row = (await conn.execute(query)).one_or_none()
-        if row is None:
+        found = _gathered(await conn.execute(query, params))
+        if not found:
             return None
-        return (await _complete(conn, [_stored(row)], wanted))[0]
+        return (await _complete(conn, found, wanted))[0]
 
     result: Loaded | None = await ledger.read(work)
     return result
@@ -604,8 +757,8 @@ async def page(
     """One page of checkpoints, newest first (checkpoint id descending, then thread and
     namespace descending), of one thread (and namespace) when given, below ``before``'s
     id, after the position ``after`` (the order's values of the previous page's last
-    row), with their blobs and writes, in one snapshot. With the thread and namespace
-    given, the primary key reads it in order."""
+    row), with their pending writes in the same statement and their blobs, in one
+    snapshot. With the thread and namespace given, the primary key reads it in order."""
     order = [_checkpoints.c.checkpoint_id]
     query = select(*_STORED)
     if thread_id is not None:
@@ -632,10 +785,10 @@ async def page(
             )
         )
     query = query.order_by(*(column.desc() for column in order)).limit(size)
+    joined = _with_writes(query, order)
 
     async def work(conn: AsyncConnection) -> list[Loaded]:
-        rows = [_stored(row) for row in await conn.execute(query)]
-        return await _complete(conn, rows, wanted)
+        return await _complete(conn, _gathered(await conn.execute(joined)), wanted)
 
     result: list[Loaded] = await ledger.read(work)
     return result
