@@ -44,6 +44,13 @@ TINY = Sizes(
     framework_items=12,
     framework_tasks=3,
     framework_writes=3,
+    seen_sizes=("20", "mix"),
+    seen_rounds=2,
+    seen_appends=3,
+    seen_tasks=(1, 3),
+    seen_task_appends=2,
+    seen_processes=(2,),
+    seen_process_appends=3,
 )
 
 
@@ -95,11 +102,26 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
         assert set(kinds) == {"cold", "cold floor", "warm", "warm floor"}
         assert all(stats.samples == TINY.agent_sessions for stats in kinds.values())
     assert all("in the driver" in target.reason for target in backend.targets[4:])
+    seen = backend.seen  # the appends as users see them: every contender of every run, every round
+    assert [run.label for run in seen.sizes] == ["20", "mix"]
+    assert [run.label for run in seen.tasks] == ["1", "3"] and [run.label for run in seen.processes] == ["2"]
+    assert 20 == seen.sizes[0].content_bytes < 1000 < seen.sizes[1].content_bytes
+    assert set(seen.sizes[0].contenders) == {"chatledger", "naive floor", "tuned floor"}
+    for run in [*seen.sizes, *seen.tasks, *seen.processes]:
+        for stats in run.contenders.values():
+            assert len(stats.round_per_second) == len(stats.round_cpu_ms) == TINY.seen_rounds
+            assert stats.cpu_ms > 0 and 0 < stats.p50_ms <= stats.p99_ms
+    assert set(seen.tasks[1].contenders) == {
+        f"{kind}, {mode}" for kind in ("chatledger", "naive floor") for mode in ("one session", "own sessions")
+    }
+    assert [target.name for target in backend.seen_targets] == ["seen_size_20", "seen_size_mix"]
 
     printed = output.getvalue()
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
     assert "load warm 20+2, p50 / p95 ms" in printed
     assert "default/synchronous=NORMAL" in printed
+    assert "appends by size" in printed and "mix (mean" in printed and "3 tasks, one session" in printed
+    assert "2 processes, own sessions, appends/s" in printed and "client CPU / wall per append" in printed
     assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
     assert "frameworks" in printed and "get_items(20), /s" in printed and "SQLiteSession" in printed
@@ -117,6 +139,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert {"met", "value", "bound"} <= set(data["backends"][0]["targets"][0])
     assert BenchReport.from_json(data) == report
     table = markdown(report)
+    assert "| 20 B, appends/s |" in table and "| 3 tasks, one session / own sessions |" in table
     assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
     assert "| OpenAI Agents add_items, 2 items, /s |" in table and "| ADK append_event, /s |" in table
     assert "| LangGraph put, /s |" in table and "| LangGraph get_tuple latest, thread of 60, /s |" in table
