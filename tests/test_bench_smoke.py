@@ -112,7 +112,9 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
             assert len(stats.round_per_second) == len(stats.round_cpu_ms) == TINY.seen_rounds
             assert stats.cpu_ms > 0 and 0 < stats.p50_ms <= stats.p99_ms
     assert set(seen.tasks[1].contenders) == {
-        f"{kind}, {mode}" for kind in ("chatledger", "naive floor") for mode in ("one session", "own sessions")
+        f"{kind}, {mode}"
+        for kind in ("chatledger", "naive floor")
+        for mode in ("one session", "own sessions")
     }
     assert [target.name for target in backend.seen_targets] == ["seen_size_20", "seen_size_mix"]
 

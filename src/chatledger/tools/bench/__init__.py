@@ -97,7 +97,6 @@ from .frameworks import measure_frameworks
 from .load import LoadFloor, measure_agent_loads
 from .measure import Appender, Call, measure_appends, measure_calls, measure_concurrent, measure_transfer
 from .replicas import NOT_GIVEN, measure_replica_loads
-from .seen import NaiveFloor, Seen, measure_processes, measure_sizes, measure_tasks
 from .report import (
     framework_notes,
     framework_rows,
@@ -111,6 +110,7 @@ from .report import (
     targets,
 )
 from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, ReplicaLoads, Sizes, check
+from .seen import NaiveFloor, Seen, measure_processes, measure_sizes, measure_tasks
 from .workloads import Databases, Floor, Seeder, fresh_databases, store_engine
 
 #: The contenders of the append measurement, in table order.
@@ -162,7 +162,12 @@ async def measure_seen(
     if sizes.seen_tasks:
         say(f"appends as users see them: {', '.join(map(str, sizes.seen_tasks))} tasks")
         seen.tasks = await measure_tasks(
-            databases.ledger, databases.naive, sizes.seen_tasks, sizes.seen_rounds, sizes.seen_task_appends, rng
+            databases.ledger,
+            databases.naive,
+            sizes.seen_tasks,
+            sizes.seen_rounds,
+            sizes.seen_task_appends,
+            rng,
         )
     if sizes.seen_processes:
         say(f"appends as users see them: {', '.join(map(str, sizes.seen_processes))} processes")

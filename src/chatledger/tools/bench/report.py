@@ -532,7 +532,16 @@ def _cpu(stats: SeenStats) -> str:
 
 
 #: Columns of the sizes table: the contenders, then chatledger over each floor.
-SEEN_SIZE_COLUMNS = ("measure", "chatledger", "naive floor", "tuned floor", "cl/naive", "cl/tuned", "target", "met")
+SEEN_SIZE_COLUMNS = (
+    "measure",
+    "chatledger",
+    "naive floor",
+    "tuned floor",
+    "cl/naive",
+    "cl/tuned",
+    "target",
+    "met",
+)
 #: Columns of the tasks' and processes' table.
 SEEN_LOAD_COLUMNS = ("measure", "chatledger", "naive floor", "cl/naive", "target", "met")
 
@@ -646,7 +655,9 @@ def render_seen(report: BackendReport) -> list[RichTable]:
         tables.append(_rich(f"{_title(report)}: appends by size", SEEN_SIZE_COLUMNS, seen_size_rows(report)))
     if report.seen.tasks or report.seen.processes:
         tables.append(
-            _rich(f"{_title(report)}: concurrent appends (the mix)", SEEN_LOAD_COLUMNS, seen_load_rows(report))
+            _rich(
+                f"{_title(report)}: concurrent appends (the mix)", SEEN_LOAD_COLUMNS, seen_load_rows(report)
+            )
         )
     return tables
 

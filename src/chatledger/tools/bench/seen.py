@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import multiprocessing
+import queue
 import random
 import statistics
 import time
@@ -63,10 +64,43 @@ HOT, OWN = "one session", "own sessions"
 CONTENT_SEED = 41
 
 _WORDS = (
-    "the tool returned rows for query status error warning file path line function "
-    "result value config request response token model agent session message retry "
-    "commit index table column json payload stream chunk output input user assistant"
-).split()
+    "the",
+    "tool",
+    "returned",
+    "rows",
+    "for",
+    "query",
+    "status",
+    "error",
+    "warning",
+    "file",
+    "path",
+    "line",
+    "function",
+    "result",
+    "value",
+    "config",
+    "request",
+    "response",
+    "token",
+    "model",
+    "agent",
+    "session",
+    "message",
+    "retry",
+    "commit",
+    "index",
+    "table",
+    "column",
+    "json",
+    "payload",
+    "stream",
+    "chunk",
+    "output",
+    "input",
+    "user",
+    "assistant",
+)
 
 
 def _text(rng: random.Random, size: int) -> str:
@@ -103,7 +137,9 @@ def contents(label: str, count: int = POOL) -> list[Any]:
             messages.append(AssistantMessage(content=_text(rng, rng.randint(1_000, 2_000))))
             if call < calls:
                 size = round(4_000 * 10 ** rng.uniform(0, 1))
-                messages.append(ToolMessage(content=_text(rng, size), tool_call_id=f"call-{call}", name="shell"))
+                messages.append(
+                    ToolMessage(content=_text(rng, size), tool_call_id=f"call-{call}", name="shell")
+                )
     return messages[:count]
 
 
@@ -377,7 +413,9 @@ async def measure_tasks(
                     rng.shuffle(modes)
                     for mode in modes:
                         sessions = _sessions(kind, tasks, mode == HOT)
-                        await _timed_round(store.append, sessions, appends, messages, samples[f"{kind}, {mode}"])
+                        await _timed_round(
+                            store.append, sessions, appends, messages, samples[f"{kind}, {mode}"]
+                        )
                 finally:
                     await store.close()
         runs.append(
@@ -441,6 +479,22 @@ def _worker(
         raise
 
 
+async def _collect(results: Any, workers: Sequence[Any]) -> list[Any]:
+    """One result from each of ``workers``; raises when one failed or died."""
+    got: list[Any] = []
+    while len(got) < len(workers):
+        with contextlib.suppress(queue.Empty):
+            got.append(await asyncio.to_thread(results.get, True, 1.0))
+            continue
+        dead = [number for number, process in enumerate(workers) if process.exitcode not in (None, 0)]
+        if dead and results.empty():
+            raise RuntimeError(f"benchmark worker processes {dead} ended without reporting")
+    errors = [item[1] for item in got if item[0] == "error"]
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    return got
+
+
 async def measure_processes(
     ledger_url: URL,
     naive_url: URL,
@@ -468,16 +522,9 @@ async def measure_processes(
         for process in workers:
             process.start()
 
-        async def collect() -> list[Any]:
-            got = [await asyncio.to_thread(results.get, True, 300) for _ in range(processes)]
-            errors = [item[1] for item in got if item[0] == "error"]
-            if errors:
-                raise RuntimeError("; ".join(errors))
-            return got
-
         samples = {f"{kind}, {mode}": _Samples() for kind in (LEDGER, NAIVE) for mode in (HOT, OWN)}
         try:
-            await collect()  # every worker ready
+            await _collect(results, workers)  # every worker ready
             for _ in range(rounds):
                 order = list(samples)
                 rng.shuffle(order)
@@ -486,21 +533,26 @@ async def measure_processes(
                     sessions = _sessions(kind, processes, name.endswith(HOT))
                     for worker in range(processes):
                         commands[worker].put((kind, sessions[worker], appends))
-                    got = await collect()
+                    got = await _collect(results, workers)
                     seconds = max(item[3] for item in got) - min(item[2] for item in got)
                     total = appends * processes
                     samples[name].per_second.append(total / seconds)
                     samples[name].cpu_ms.append(sum(item[1] for item in got) / total * 1000)
                     samples[name].latencies += [latency for item in got for latency in item[0]]
         finally:
-            for queue in commands:
-                queue.put(None)
+            for command_queue in commands:
+                command_queue.put(None)
             for process in workers:
                 await asyncio.to_thread(process.join, 60)
                 with contextlib.suppress(Exception):
                     if process.is_alive():
                         process.terminate()
         runs.append(
-            SeenRun("processes", str(processes), content_bytes(messages), {k: v.stats() for k, v in samples.items()})
+            SeenRun(
+                "processes",
+                str(processes),
+                content_bytes(messages),
+                {k: v.stats() for k, v in samples.items()},
+            )
         )
     return runs
