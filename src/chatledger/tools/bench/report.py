@@ -523,6 +523,11 @@ def seen_targets(seen: Seen) -> list[Verdict]:
     return verdicts
 
 
+def _rate(stats: SeenStats) -> str:
+    errors = f" ({stats.errors} errors)" if stats.errors else ""
+    return f"{_num(stats.per_second)}{errors}"
+
+
 def _latency(stats: SeenStats) -> str:
     return f"{stats.p50_ms:.2f} / {stats.p99_ms:.2f}"
 
@@ -564,7 +569,7 @@ def seen_size_rows(report: BackendReport) -> list[tuple[str, ...]]:
         rows.append(
             (
                 f"{_size_label(run)}, appends/s",
-                *(_num(stats[name].per_second) for name in names),
+                *(_rate(stats[name]) for name in names),
                 f"{run.ratio(LEDGER, NAIVE):.2f}",
                 f"{run.ratio(LEDGER, TUNED):.2f}",
                 *_verdict_cells(verdicts, f"seen_size_{run.label}"),
@@ -609,8 +614,8 @@ def seen_load_rows(report: BackendReport) -> list[tuple[str, ...]]:
                 rows.append(
                     (
                         f"{count} {unit}, {mode}, appends/s",
-                        _num(ours.per_second),
-                        _num(floor.per_second),
+                        _rate(ours),
+                        _rate(floor),
                         f"{run.ratio(f'{LEDGER}, {mode}', f'{NAIVE}, {mode}'):.2f}",
                         *(_verdict_cells(verdicts, f"seen_tasks_{count}_{short}") if judged else ("", "")),
                     )
