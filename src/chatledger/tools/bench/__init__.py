@@ -16,6 +16,13 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
   and chatledger's append under the setting its default trades against (the
   *variant*): ``sqlite_synchronous="NORMAL"`` against the durable ``FULL`` on SQLite,
   the pool's pre-ping against none on the servers (for the load too);
+* **appends as users see them** (:mod:`chatledger.tools.bench.seen`): messages of
+  20 B to 40 KB and an agent transcript's mix, from 1 to 64 tasks and from several
+  processes, to one hot session and to one session per task, against the naive
+  floor (the same row on a plain ``create_async_engine``, in a database of its own)
+  and, per size, the floor above too: throughput, p50 and p99 latency and client CPU
+  per append, as ratios; its targets (``seen_*``) are judged and shown but leave the
+  exit status alone;
 * **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
   messages, against a 50-message session (no checkpoint); chatledger without its
   load cache here (every load a first load, as zett's are), so that this measures
@@ -39,10 +46,10 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
 
 Each backend gets its own fresh databases, dropped at the end (SQLite: files in a
 temporary directory, removed at the end): one migrated for chatledger, one where
-zett-agent creates its own tables, one holding the floor's table. The large sessions
-are seeded in bulk with SQLAlchemy Core ``executemany`` straight into each store's
-tables, with message JSON from zett's own codec and consistent counters, then
-``ANALYZE``\\ d; only the reads are timed.
+zett-agent creates its own tables, one holding the floor's table, one the naive
+floor's. The large sessions are seeded in bulk with SQLAlchemy Core ``executemany``
+straight into each store's tables, with message JSON from zett's own codec and
+consistent counters, then ``ANALYZE``\\ d; only the reads are timed.
 
 Times are medians. The targets are ratios, so they hold on any machine:
 
