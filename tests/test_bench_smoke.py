@@ -13,6 +13,7 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from chatledger.dsn import resolve_dsn
@@ -227,3 +228,31 @@ async def test_the_frameworks_section_runs_and_reports_its_rows(database: Databa
     assert all(row[3] in by_name for row in rows)
     notes = framework_notes(result)
     assert all(any(store.name in line for line in notes) for store in result.stores if store.note)
+
+
+def test_the_contents_are_the_same_every_run_and_of_their_sizes() -> None:
+    """The appends as users see them append generated messages: fixed sizes exactly,
+    and the mix an agent transcript's turns, the same on every run."""
+    from zett_agent.messages import AssistantMessage, ToolMessage, UserMessage
+
+    from chatledger.tools.bench.seen import MIX, SIZES, contents
+
+    for label in SIZES:
+        messages = contents(label, 5)
+        assert [len(message.text.encode()) for message in messages] == [int(label)] * 5
+        assert len({message.text for message in messages}) == 5
+    mix = contents(MIX)
+    assert [m.content for m in mix] == [m.content for m in contents(MIX)]
+    sizes = {
+        kind: [len(m.content) for m in mix if isinstance(m, kind)] for kind in (UserMessage, AssistantMessage)
+    }
+    assert isinstance(mix[0], UserMessage) and all(200 <= size <= 600 for size in sizes[UserMessage])
+    assert all(1_000 <= size <= 2_000 for size in sizes[AssistantMessage])
+    tools = [len(m.content) for m in mix if isinstance(m, ToolMessage)]
+    assert tools and all(4_000 <= size <= 40_000 for size in tools)
+
+
+def test_the_sizes_refuse_what_the_appends_as_users_see_them_cannot_run() -> None:
+    for bad in ({"seen_sizes": ("20", "1k")}, {"seen_tasks": (0,)}, {"seen_rounds": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Sizes(**bad)  # type: ignore[arg-type]

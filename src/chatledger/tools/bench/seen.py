@@ -49,6 +49,7 @@ from sqlalchemy import MetaData, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ... import dialects
 from ...schema import raw_messages_table
 from ..harness import Store, open_store
 
@@ -178,7 +179,7 @@ class NaiveFloor:
         url = make_url(url) if isinstance(url, str) else url
         options: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size, "max_overflow": 0}
         self.engine = create_async_engine(url, **options)
-        if url.get_backend_name() == "sqlite":
+        if not dialects.backend(url.get_backend_name()).server:  # SQLite: a file
             _sqlite_durability(self.engine)
         self._table = raw_messages_table.to_metadata(MetaData())
         self._sequence = itertools.count(sequence_base + 1)
@@ -351,7 +352,7 @@ async def _timed_round(
     samples.add_round(appends * len(sessions) - len(errors), wall, cpu)
 
 
-def _sessions(name: str, tasks: int, shared: bool) -> list[str]:
+def _sessions(tasks: int, shared: bool) -> list[str]:
     run = uuid.uuid4().hex[:8]
     return [f"seen-{run}"] * tasks if shared else [f"seen-{run}-{task}" for task in range(tasks)]
 
@@ -371,7 +372,7 @@ async def measure_sizes(
     runs = []
     for label in labels:
         messages = contents(label)
-        sessions = {name: _sessions(name, 1, True) for name in contenders}
+        sessions = {name: _sessions(1, True) for name in contenders}
         samples = {name: _Samples() for name in contenders}
         for name, append in contenders.items():  # untimed: the first appends of a session
             for message in messages[:3]:
@@ -419,14 +420,14 @@ async def measure_tasks(
                 else:
                     store = NaiveFloor(naive_url, pool_size=tasks, sequence_base=10**9 * tasks)
                 try:
-                    warm = _sessions("warm", tasks, False)
+                    warm = _sessions(tasks, False)
                     await asyncio.gather(
                         *(store.append(s, "bench", messages[0]) for s in warm), return_exceptions=True
                     )
                     modes = [HOT, OWN]
                     rng.shuffle(modes)
                     for mode in modes:
-                        sessions = _sessions(kind, tasks, mode == HOT)
+                        sessions = _sessions(tasks, mode == HOT)
                         await _timed_round(
                             store.append, sessions, appends, messages, samples[f"{kind}, {mode}"]
                         )
@@ -549,7 +550,7 @@ async def measure_processes(
                 rng.shuffle(order)
                 for name in order:
                     kind = name.split(", ")[0]
-                    sessions = _sessions(kind, processes, name.endswith(HOT))
+                    sessions = _sessions(processes, name.endswith(HOT))
                     for worker in range(processes):
                         commands[worker].put((kind, sessions[worker], appends))
                     got = await _collect(results, workers)
