@@ -124,7 +124,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert "load warm 20+2, p50 / p95 ms" in printed
     assert "default/synchronous=NORMAL" in printed
     assert "appends by size" in printed and "mix (mean" in printed and "3 tasks, one session" in printed
-    assert "2 processes, own sessions, appends/s" in printed and "client CPU / wall per append" in printed
+    assert "2 processes, own sessions, appends/s" in printed and "CPU / wall per append, ms" in printed
     assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
     assert "frameworks" in printed and "get_items(20), /s" in printed and "SQLiteSession" in printed

@@ -587,7 +587,7 @@ def seen_size_rows(report: BackendReport) -> list[tuple[str, ...]]:
         )
         rows.append(
             (
-                "  client CPU / wall per append, ms",
+                "  CPU / wall per append, ms",
                 *(_cpu(stats[name]) for name in names),
                 f"cpu {run.cpu_ratio(LEDGER, NAIVE):.2f}",
                 f"cpu {run.cpu_ratio(LEDGER, TUNED):.2f}",
@@ -631,7 +631,7 @@ def seen_load_rows(report: BackendReport) -> list[tuple[str, ...]]:
                 )
                 rows.append(
                     (
-                        "  client CPU / wall per append, ms",
+                        "  CPU / wall per append, ms",
                         _cpu(ours),
                         _cpu(floor),
                         f"cpu {run.cpu_ratio(f'{LEDGER}, {mode}', f'{NAIVE}, {mode}'):.2f}",
