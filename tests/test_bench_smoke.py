@@ -47,6 +47,13 @@ TINY = Sizes(
     framework_items=12,
     framework_tasks=3,
     framework_writes=3,
+    seen_sizes=("20", "mix"),
+    seen_rounds=2,
+    seen_appends=3,
+    seen_tasks=(1, 3),
+    seen_task_appends=2,
+    seen_processes=(2,),
+    seen_process_appends=3,
 )
 
 
@@ -98,11 +105,28 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
         assert set(kinds) == {"cold", "cold floor", "warm", "warm floor"}
         assert all(stats.samples == TINY.agent_sessions for stats in kinds.values())
     assert all("in the driver" in target.reason for target in backend.targets[4:])
+    seen = backend.seen  # the appends as users see them: every contender of every run, every round
+    assert [run.label for run in seen.sizes] == ["20", "mix"]
+    assert [run.label for run in seen.tasks] == ["1", "3"] and [run.label for run in seen.processes] == ["2"]
+    assert 20 == seen.sizes[0].content_bytes < 1000 < seen.sizes[1].content_bytes
+    assert set(seen.sizes[0].contenders) == {"chatledger", "naive floor", "tuned floor"}
+    for run in [*seen.sizes, *seen.tasks, *seen.processes]:
+        for stats in run.contenders.values():
+            assert len(stats.round_per_second) == len(stats.round_cpu_ms) == TINY.seen_rounds
+            assert stats.cpu_ms > 0 and 0 < stats.p50_ms <= stats.p99_ms
+    assert set(seen.tasks[1].contenders) == {
+        f"{kind}, {mode}"
+        for kind in ("chatledger", "naive floor")
+        for mode in ("one session", "own sessions")
+    }
+    assert [target.name for target in backend.seen_targets] == ["seen_size_20", "seen_size_mix"]
 
     printed = output.getvalue()
     assert "append throughput" in printed and "list_sessions 20 of 60" in printed
     assert "load warm 20+2, p50 / p95 ms" in printed
     assert "default/synchronous=NORMAL" in printed
+    assert "appends by size" in printed and "mix (mean" in printed and "3 tasks, one session" in printed
+    assert "2 processes, own sessions, appends/s" in printed and "CPU / wall per append, ms" in printed
     assert "import, 180 messages, /s" in printed and "peak memory, MiB" in printed
     assert "PASS" in printed or "MISS" in printed
     assert "frameworks" in printed and "get_items(20), /s" in printed and "SQLiteSession" in printed
@@ -120,6 +144,7 @@ async def test_a_tiny_run_measures_everything_and_cleans_up(tmp_path: Path) -> N
     assert {"met", "value", "bound"} <= set(data["backends"][0]["targets"][0])
     assert BenchReport.from_json(data) == report
     table = markdown(report)
+    assert "| 20 B, appends/s |" in table and "| 3 tasks, one session / own sessions |" in table
     assert "| append throughput, /s |" in table and "**sqlite: SQLite" in table
     assert "| OpenAI Agents add_items, 2 items, /s |" in table and "| ADK append_event, /s |" in table
     assert "| LangGraph put, /s |" in table and "| LangGraph get_tuple latest, thread of 60, /s |" in table
@@ -205,3 +230,31 @@ async def test_the_frameworks_section_runs_and_reports_its_rows(database: Databa
     assert all(row[3] in by_name for row in rows)
     notes = framework_notes(result)
     assert all(any(store.name in line for line in notes) for store in result.stores if store.note)
+
+
+def test_the_contents_are_the_same_every_run_and_of_their_sizes() -> None:
+    """The appends as users see them append generated messages: fixed sizes exactly,
+    and the mix an agent transcript's turns, the same on every run."""
+    from zett_agent.messages import AssistantMessage, ToolMessage, UserMessage
+
+    from chatledger.tools.bench.seen import MIX, SIZES, contents
+
+    for label in SIZES:
+        messages = contents(label, 5)
+        assert [len(message.text.encode()) for message in messages] == [int(label)] * 5
+        assert len({message.text for message in messages}) == 5
+    mix = contents(MIX)
+    assert [m.content for m in mix] == [m.content for m in contents(MIX)]
+    sizes = {
+        kind: [len(m.content) for m in mix if isinstance(m, kind)] for kind in (UserMessage, AssistantMessage)
+    }
+    assert isinstance(mix[0], UserMessage) and all(200 <= size <= 600 for size in sizes[UserMessage])
+    assert all(1_000 <= size <= 2_000 for size in sizes[AssistantMessage])
+    tools = [len(m.content) for m in mix if isinstance(m, ToolMessage)]
+    assert tools and all(4_000 <= size <= 40_000 for size in tools)
+
+
+def test_the_sizes_refuse_what_the_appends_as_users_see_them_cannot_run() -> None:
+    for bad in ({"seen_sizes": ("20", "1k")}, {"seen_tasks": (0,)}, {"seen_rounds": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            Sizes(**bad)  # type: ignore[arg-type]

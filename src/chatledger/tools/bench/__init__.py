@@ -16,6 +16,13 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
   and chatledger's append under the setting its default trades against (the
   *variant*): ``sqlite_synchronous="NORMAL"`` against the durable ``FULL`` on SQLite,
   the pool's pre-ping against none on the servers (for the load too);
+* **appends as users see them** (:mod:`chatledger.tools.bench.seen`): messages of
+  20 B to 40 KB and an agent transcript's mix, from 1 to 64 tasks and from several
+  processes, to one hot session and to one session per task, against the naive
+  floor (the same row on a plain ``create_async_engine``, in a database of its own)
+  and, per size, the floor above too: throughput, p50 and p99 latency and client CPU
+  per append, as ratios; its targets (``seen_*``) are judged and shown but leave the
+  exit status alone;
 * **load** of a checkpoint plus a 50-message tail from sessions of 10k and 100k raw
   messages, against a 50-message session (no checkpoint); chatledger without its
   load cache here (every load a first load, as zett's are), so that this measures
@@ -39,10 +46,10 @@ in a shuffled order) so that machine drift hits every contender alike, it measur
 
 Each backend gets its own fresh databases, dropped at the end (SQLite: files in a
 temporary directory, removed at the end): one migrated for chatledger, one where
-zett-agent creates its own tables, one holding the floor's table. The large sessions
-are seeded in bulk with SQLAlchemy Core ``executemany`` straight into each store's
-tables, with message JSON from zett's own codec and consistent counters, then
-``ANALYZE``\\ d; only the reads are timed.
+zett-agent creates its own tables, one holding the floor's table, one the naive
+floor's. The large sessions are seeded in bulk with SQLAlchemy Core ``executemany``
+straight into each store's tables, with message JSON from zett's own codec and
+consistent counters, then ``ANALYZE``\\ d; only the reads are timed.
 
 Times are medians. The targets are ratios, so they hold on any machine:
 
@@ -80,7 +87,7 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -105,10 +112,13 @@ from .report import (
     render,
     render_frameworks,
     render_replica_loads,
+    render_seen,
+    seen_targets,
     targets,
 )
 from .results import CONTENDERS, FULL, QUICK, STORES, BackendReport, BenchReport, ReplicaLoads, Sizes, check
-from .workloads import Floor, Seeder, fresh_databases, store_engine
+from .seen import NaiveFloor, Seen, measure_processes, measure_sizes, measure_tasks
+from .workloads import Databases, Floor, Seeder, fresh_databases, store_engine
 
 #: The contenders of the append measurement, in table order.
 
@@ -132,6 +142,51 @@ __all__ = [
 def _say(console: Console | None, message: str) -> None:
     if console is not None:
         console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}", highlight=False)
+
+
+async def measure_seen(
+    databases: Databases,
+    ledger: Store,
+    tuned: Floor,
+    sizes: Sizes,
+    rng: random.Random,
+    say: Callable[[str], None],
+) -> Seen:
+    """Appends as users see them (:mod:`.seen`): per size, from many tasks, from
+    several processes, each against the naive floor in its own database."""
+    seen = Seen()
+    naive = NaiveFloor(databases.naive)
+    try:
+        await naive.create_table()
+        if sizes.seen_sizes:
+            say(f"appends as users see them: sizes {', '.join(sizes.seen_sizes)}, {sizes.seen_rounds} rounds")
+            seen.sizes = await measure_sizes(
+                ledger.append, naive.append, tuned.append, sizes.seen_sizes, sizes.seen_rounds,
+                sizes.seen_appends, rng,
+            )  # fmt: skip
+    finally:
+        await naive.close()
+    if sizes.seen_tasks:
+        say(f"appends as users see them: {', '.join(map(str, sizes.seen_tasks))} tasks")
+        seen.tasks = await measure_tasks(
+            databases.ledger,
+            databases.naive,
+            sizes.seen_tasks,
+            sizes.seen_rounds,
+            sizes.seen_task_appends,
+            rng,
+        )
+    if sizes.seen_processes:
+        say(f"appends as users see them: {', '.join(map(str, sizes.seen_processes))} processes")
+        seen.processes = await measure_processes(
+            databases.ledger,
+            databases.naive,
+            sizes.seen_processes,
+            sizes.seen_rounds,
+            sizes.seen_process_appends,
+            rng,
+        )
+    return seen
 
 
 async def bench_backend(
@@ -168,6 +223,7 @@ async def bench_backend(
             engines = {kind: store_engine(store) for kind, store in stores.items()}
             engines.update({"floor": floor.engine, variant_name: store_engine(variant)})
             report.append = await measure_appends(appenders, sizes, rng, engines)
+            report.seen = await measure_seen(databases, stores["chatledger"], floor, sizes, rng, say)
 
             if sizes.processes and sizes.process_appends:
                 runs = [(kind, shared) for kind in STORES for shared in (True, False)]
@@ -262,6 +318,7 @@ async def bench_backend(
         report.transfer = await measure_transfer(admin, sizes, say)
     report.frameworks = await measure_frameworks(admin, sizes, rng, say)
     report.targets = targets(report, sizes)
+    report.seen_targets = seen_targets(report.seen)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -330,6 +387,8 @@ async def run_bench(
         reports.append(report)
         if console is not None:
             console.print(render(report, sizes))
+            for table in render_seen(report):
+                console.print(table)
             for line in render_replica_loads(report.replicas):
                 console.print(line, highlight=False, markup=False)
             for line in missed_reasons(report):

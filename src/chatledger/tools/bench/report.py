@@ -19,6 +19,7 @@ from .results import (
     Sizes,
     Verdict,
 )
+from .seen import HOT, LEDGER, MIX, NAIVE, OWN, TUNED, Seen, SeenRun, SeenStats
 
 #: The contenders of the append measurement, in table order.
 
@@ -421,6 +422,7 @@ def markdown(report: BenchReport) -> str:
     for backend in report.backends:
         lines += ["", f"**{_title(backend)}**", ""]
         lines += _markdown_table(COLUMNS, table_rows(backend, report.sizes))
+        lines += seen_markdown(backend)
         reasons = missed_reasons(backend)
         if reasons:
             lines += ["", *(f"- {line}" for line in reasons)]
@@ -451,4 +453,226 @@ def render_replica_loads(loads: ReplicaLoads) -> list[str]:
             f"  {run.replicas} replica{'s' if run.replicas != 1 else ''}: {run.per_second:,.0f} loads/s "
             f"({run.processes} processes, {run.loads} loads, {run.served} on replicas{ratio})"
         )
+    return lines
+
+
+# -- appends as users see them (:mod:`.seen`) -------------------------------------------
+
+#: Issue 41's targets of the appends as users see them: chatledger / the naive floor's
+#: throughput at every size, and at 8 to 64 tasks; a hot session's throughput at
+#: :data:`SEEN_HOT_TASKS` tasks / as many sessions'; p99 latency / the floor's there.
+SEEN_SIZE_BOUND, SEEN_TASKS_BOUND, SEEN_HOT_BOUND, SEEN_P99_BOUND = 1.0, 0.9, 0.8, 1.5
+SEEN_TASKS_JUDGED = range(8, 65)
+SEEN_HOT_TASKS = 32
+
+
+def _size_label(run: SeenRun) -> str:
+    if run.label == MIX:
+        return f"mix (mean {run.content_bytes / 1000:.1f} KB)"
+    size = int(run.label)
+    return f"{size // 1000} KB" if size >= 1000 else f"{size} B"
+
+
+def seen_targets(seen: Seen) -> list[Verdict]:
+    """Issue 41's targets, judged on the runs measured (a task count not run, none)."""
+    verdicts = [
+        Verdict(
+            f"seen_size_{run.label}",
+            f"append throughput / naive floor's, one task, {_size_label(run)}",
+            run.ratio(LEDGER, NAIVE),
+            ">=",
+            SEEN_SIZE_BOUND,
+        )
+        for run in seen.sizes
+    ]
+    for run in seen.tasks:
+        tasks = int(run.label)
+        for mode, short in ((OWN, "own"), (HOT, "hot")):
+            ours, floor = f"{LEDGER}, {mode}", f"{NAIVE}, {mode}"
+            if tasks in SEEN_TASKS_JUDGED:
+                verdicts.append(
+                    Verdict(
+                        f"seen_tasks_{tasks}_{short}",
+                        f"append throughput / naive floor's, {tasks} tasks, {mode}",
+                        run.ratio(ours, floor),
+                        ">=",
+                        SEEN_TASKS_BOUND,
+                    )
+                )
+            if tasks == SEEN_HOT_TASKS:
+                stats = run.contenders
+                verdicts.append(
+                    Verdict(
+                        f"seen_p99_{tasks}_{short}",
+                        f"append p99 / naive floor's, {tasks} tasks, {mode}",
+                        stats[ours].p99_ms / stats[floor].p99_ms,
+                        "<=",
+                        SEEN_P99_BOUND,
+                    )
+                )
+        if tasks == SEEN_HOT_TASKS:
+            verdicts.append(
+                Verdict(
+                    f"seen_hot_{tasks}",
+                    f"chatledger throughput, {tasks} tasks, one session / own sessions",
+                    run.ratio(f"{LEDGER}, {HOT}", f"{LEDGER}, {OWN}"),
+                    ">=",
+                    SEEN_HOT_BOUND,
+                )
+            )
+    return verdicts
+
+
+def _rate(stats: SeenStats) -> str:
+    errors = f" ({stats.errors} errors)" if stats.errors else ""
+    return f"{_num(stats.per_second)}{errors}"
+
+
+def _latency(stats: SeenStats) -> str:
+    return f"{stats.p50_ms:.2f} / {stats.p99_ms:.2f}"
+
+
+def _cpu(stats: SeenStats) -> str:
+    return f"{stats.cpu_ms:.2f} / {stats.wall_ms:.2f}"
+
+
+#: Columns of the sizes table: the contenders, then chatledger over each floor.
+SEEN_SIZE_COLUMNS = (
+    "measure",
+    "chatledger",
+    "naive floor",
+    "tuned floor",
+    "cl/naive",
+    "cl/tuned",
+    "target",
+    "met",
+)
+#: Columns of the tasks' and processes' table.
+SEEN_LOAD_COLUMNS = ("measure", "chatledger", "naive floor", "cl/naive", "target", "met")
+
+
+def _verdict_cells(verdicts: dict[str, Verdict], name: str) -> tuple[str, str]:
+    verdict = verdicts.get(name)
+    if verdict is None:
+        return "", ""
+    return f"{verdict.op} {verdict.bound:g}", "PASS" if verdict.met else "MISS"
+
+
+def seen_size_rows(report: BackendReport) -> list[tuple[str, ...]]:
+    """Per size: throughput, p50 / p99 latency, client CPU / wall time per append, of
+    chatledger, the naive and the tuned floor, and chatledger's ratios to each."""
+    verdicts = {verdict.name: verdict for verdict in report.seen_targets}
+    rows: list[tuple[str, ...]] = []
+    for run in report.seen.sizes:
+        stats = run.contenders
+        names = (LEDGER, NAIVE, TUNED)
+        rows.append(
+            (
+                f"{_size_label(run)}, appends/s",
+                *(_rate(stats[name]) for name in names),
+                f"{run.ratio(LEDGER, NAIVE):.2f}",
+                f"{run.ratio(LEDGER, TUNED):.2f}",
+                *_verdict_cells(verdicts, f"seen_size_{run.label}"),
+            )
+        )
+        rows.append(
+            (
+                "  p50 / p99 latency, ms",
+                *(_latency(stats[name]) for name in names),
+                f"p99 {stats[LEDGER].p99_ms / stats[NAIVE].p99_ms:.2f}",
+                f"p99 {stats[LEDGER].p99_ms / stats[TUNED].p99_ms:.2f}",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "  CPU / wall per append, ms",
+                *(_cpu(stats[name]) for name in names),
+                f"cpu {run.cpu_ratio(LEDGER, NAIVE):.2f}",
+                f"cpu {run.cpu_ratio(LEDGER, TUNED):.2f}",
+                "",
+                "",
+            )
+        )
+    return rows
+
+
+def seen_load_rows(report: BackendReport) -> list[tuple[str, ...]]:
+    """Per task count and process count, one session and own sessions: throughput,
+    p50 / p99 latency and client CPU / wall per append, chatledger against the naive
+    floor; and chatledger's one session / own sessions."""
+    verdicts = {verdict.name: verdict for verdict in report.seen_targets}
+    rows: list[tuple[str, ...]] = []
+    for section, runs in (("tasks", report.seen.tasks), ("processes", report.seen.processes)):
+        for run in runs:
+            count = int(run.label)
+            unit = section if count != 1 else section.removesuffix("s").removesuffix("e")
+            for mode, short in ((OWN, "own"), (HOT, "hot")):
+                ours, floor = run.contenders[f"{LEDGER}, {mode}"], run.contenders[f"{NAIVE}, {mode}"]
+                judged = section == "tasks"
+                rows.append(
+                    (
+                        f"{count} {unit}, {mode}, appends/s",
+                        _rate(ours),
+                        _rate(floor),
+                        f"{run.ratio(f'{LEDGER}, {mode}', f'{NAIVE}, {mode}'):.2f}",
+                        *(_verdict_cells(verdicts, f"seen_tasks_{count}_{short}") if judged else ("", "")),
+                    )
+                )
+                rows.append(
+                    (
+                        "  p50 / p99 latency, ms",
+                        _latency(ours),
+                        _latency(floor),
+                        f"p99 {ours.p99_ms / floor.p99_ms:.2f}",
+                        *(_verdict_cells(verdicts, f"seen_p99_{count}_{short}") if judged else ("", "")),
+                    )
+                )
+                rows.append(
+                    (
+                        "  CPU / wall per append, ms",
+                        _cpu(ours),
+                        _cpu(floor),
+                        f"cpu {run.cpu_ratio(f'{LEDGER}, {mode}', f'{NAIVE}, {mode}'):.2f}",
+                        "",
+                        "",
+                    )
+                )
+            hot = run.ratio(f"{LEDGER}, {HOT}", f"{LEDGER}, {OWN}")
+            floor_hot = run.ratio(f"{NAIVE}, {HOT}", f"{NAIVE}, {OWN}")
+            rows.append(
+                (
+                    f"{count} {unit}, one session / own sessions",
+                    f"{hot:.2f}",
+                    f"{floor_hot:.2f}",
+                    "",
+                    *(_verdict_cells(verdicts, f"seen_hot_{count}") if section == "tasks" else ("", "")),
+                )
+            )
+    return rows
+
+
+def render_seen(report: BackendReport) -> list[RichTable]:
+    """The tables of the appends as users see them (none when not measured)."""
+    tables = []
+    if report.seen.sizes:
+        tables.append(_rich(f"{_title(report)}: appends by size", SEEN_SIZE_COLUMNS, seen_size_rows(report)))
+    if report.seen.tasks or report.seen.processes:
+        tables.append(
+            _rich(
+                f"{_title(report)}: concurrent appends (the mix)", SEEN_LOAD_COLUMNS, seen_load_rows(report)
+            )
+        )
+    return tables
+
+
+def seen_markdown(report: BackendReport) -> list[str]:
+    lines: list[str] = []
+    if report.seen.sizes:
+        lines += ["", f"**{_title(report)}: appends by size**", ""]
+        lines += _markdown_table(SEEN_SIZE_COLUMNS, seen_size_rows(report))
+    if report.seen.tasks or report.seen.processes:
+        lines += ["", f"**{_title(report)}: concurrent appends (the mix)**", ""]
+        lines += _markdown_table(SEEN_LOAD_COLUMNS, seen_load_rows(report))
     return lines

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .load import LatencyStats
+from .seen import MIX, SIZES, Seen, seen_from_json
 
 #: The contenders of the append measurement, in table order.
 
@@ -49,6 +50,14 @@ class Sizes:
             events of the ADK session ``get_session`` reads; 0 skips the frameworks.
         framework_tasks, framework_writes: tasks writing to one session at once in
             the frameworks' concurrency round, and writes each.
+        seen_sizes: content labels of the appends as users see them (:mod:`.seen`):
+            text sizes in bytes and ``"mix"``; empty skips that section.
+        seen_rounds: interleaved rounds of each :mod:`.seen` section.
+        seen_appends: appends per contender per round of one task, per size.
+        seen_tasks: task counts of one process appending at once; empty skips them.
+        seen_task_appends: appends per task per round.
+        seen_processes: process counts appending at once; empty skips them.
+        seen_process_appends: appends per process per round.
     """
 
     append_rounds: int = 9
@@ -75,6 +84,13 @@ class Sizes:
     framework_items: int = 2_000
     framework_tasks: int = 8
     framework_writes: int = 20
+    seen_sizes: tuple[str, ...] = (*SIZES, MIX)
+    seen_rounds: int = 7
+    seen_appends: int = 40
+    seen_tasks: tuple[int, ...] = (1, 8, 32, 64)
+    seen_task_appends: int = 10
+    seen_processes: tuple[int, ...] = (2, 4)
+    seen_process_appends: int = 40
 
     def __post_init__(self) -> None:
         names = (
@@ -86,6 +102,10 @@ class Sizes:
             "page",
             "agent_sessions",
             "framework_rounds",
+            "seen_rounds",
+            "seen_appends",
+            "seen_task_appends",
+            "seen_process_appends",
         )
         for name in names:
             if getattr(self, name) < 1:
@@ -100,6 +120,10 @@ class Sizes:
             raise ValueError("list_sessions must be non-empty and at least page")
         if not self.agent_loads or min(self.agent_loads) < 1 or self.agent_appends < 0:
             raise ValueError("agent_loads must be non-empty and positive, agent_appends not negative")
+        if any(label not in (*SIZES, MIX) for label in self.seen_sizes):
+            raise ValueError(f"seen_sizes must be of {', '.join((*SIZES, MIX))}")
+        if any(count < 1 for count in (*self.seen_tasks, *self.seen_processes)):
+            raise ValueError("seen_tasks and seen_processes must be positive")
 
 
 #: ``--quick``: a smoke run of every measurement in well under a minute per backend.
@@ -123,6 +147,13 @@ QUICK = Sizes(
     framework_rounds=3,
     framework_items=300,
     framework_writes=10,
+    seen_sizes=("20", "4000", MIX),
+    seen_rounds=3,
+    seen_appends=15,
+    seen_tasks=(1, 8),
+    seen_task_appends=5,
+    seen_processes=(2,),
+    seen_process_appends=10,
 )
 
 
@@ -333,7 +364,12 @@ class BackendReport:
     replicas: ReplicaLoads = field(default_factory=ReplicaLoads)
     #: The OpenAI Agents SDK's and ADK's own stores beside chatledger's adapters.
     frameworks: Frameworks = field(default_factory=Frameworks)
+    #: Appends as users see them (:mod:`.seen`): sizes, tasks, processes.
+    seen: Seen = field(default_factory=Seen)
     targets: list[Verdict] = field(default_factory=list)
+    #: The targets of the appends as users see them: judged and shown, but not (yet)
+    #: part of the exit status.
+    seen_targets: list[Verdict] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -375,26 +411,31 @@ class BenchReport:
                         note=backend.get("replicas", {}).get("note", ""),
                     ),
                     frameworks=_frameworks(backend.get("frameworks")),
-                    targets=[
-                        Verdict(**{key: value for key, value in target.items() if key != "met"})
-                        for target in backend["targets"]
-                    ],
+                    seen=seen_from_json(backend.get("seen")),
+                    targets=_verdicts(backend["targets"]),
+                    seen_targets=_verdicts(backend.get("seen_targets", [])),
                     seconds=backend["seconds"],
                 )
             )
         sizes: dict[str, Any] = {key: value for key, value in data["sizes"].items()}
         sizes.update(load_messages=tuple(sizes["load_messages"]), list_sessions=tuple(sizes["list_sessions"]))
-        if "agent_loads" in sizes:
-            sizes["agent_loads"] = tuple(sizes["agent_loads"])
+        for name in ("agent_loads", "seen_sizes", "seen_tasks", "seen_processes"):
+            if name in sizes:
+                sizes[name] = tuple(sizes[name])
         return cls(data["machine"], Sizes(**sizes), reports)
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON-ready data; each target carries its ``met`` flag."""
         data = asdict(self)
         for backend, report in zip(data["backends"], self.backends, strict=True):
-            for target, verdict in zip(backend["targets"], report.targets, strict=True):
-                target["met"] = verdict.met
+            for key in ("targets", "seen_targets"):
+                for target, verdict in zip(backend[key], getattr(report, key), strict=True):
+                    target["met"] = verdict.met
         return data
+
+
+def _verdicts(data: list[dict[str, Any]]) -> list[Verdict]:
+    return [Verdict(**{key: value for key, value in target.items() if key != "met"}) for target in data]
 
 
 def _append_stats(data: dict[str, Any]) -> AppendStats:

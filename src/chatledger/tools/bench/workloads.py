@@ -29,7 +29,7 @@ from .results import MARK, SEED_CHUNK
 
 @dataclass(frozen=True)
 class Databases:
-    """The three fresh databases of one backend."""
+    """The four fresh databases of one backend."""
 
     #: chatledger's, migrated (chatledger's async driver).
     ledger: URL
@@ -37,6 +37,8 @@ class Databases:
     zett: URL
     #: The floor's table (chatledger's async driver).
     floor: URL
+    #: The naive floor's table (:class:`chatledger.tools.bench.seen.NaiveFloor`).
+    naive: URL
 
 
 async def _admin(url: URL, sql: str) -> None:
@@ -73,12 +75,13 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
                 ledger=admin.set(database=str(root / "chatledger.sqlite3")),
                 zett=admin.set(drivername=backend.zett_driver, database=str(root / "zett.sqlite3")),
                 floor=admin.set(database=str(root / "floor.sqlite3")),
+                naive=admin.set(database=str(root / "naive.sqlite3")),
             )
         finally:
             shutil.rmtree(root, ignore_errors=True)
         return
     run = uuid.uuid4().hex[:10]
-    names = {role: f"chatledger_bench_{run}_{role}" for role in ("ledger", "zett", "floor")}
+    names = {role: f"chatledger_bench_{run}_{role}" for role in ("ledger", "zett", "floor", "naive")}
     created: list[str] = []
     try:
         for name in names.values():
@@ -88,6 +91,7 @@ async def fresh_databases(admin: URL) -> AsyncIterator[Databases]:
             ledger=admin.set(database=names["ledger"]),
             zett=admin.set(drivername=backend.zett_driver, database=names["zett"]),
             floor=admin.set(database=names["floor"]),
+            naive=admin.set(database=names["naive"]),
         )
     finally:
         for name in created:
