@@ -19,11 +19,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from sqlalchemy import Column, Integer, MetaData, String, Table, UniqueConstraint
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import chatledger
 from chatledger import dialects
 from chatledger.dialects import base
+from chatledger.schema import metadata
 from chatledger.tools.adopt import CONVERSIONS
 
 from ..support.backends import ALL_TARGETS, DIALECTS, Target
@@ -343,3 +345,21 @@ async def test_engine_listeners_are_a_hook_every_backend_provides(registry: None
 def test_a_backend_registered_twice_is_refused(registry: None) -> None:
     with pytest.raises(ValueError, match="registered already"):
         dialects.register(dialects.backend("sqlite"))
+
+
+def test_merge_insert_refuses_a_table_with_another_unique_key() -> None:
+    """MySQL's ``ON DUPLICATE KEY UPDATE`` meets any unique key, ``ON CONFLICT`` the
+    primary key only: every backend's ``merge_insert`` refuses a table with another, and
+    builds the LangGraph tables' statements."""
+    table = Table(
+        "merged",
+        MetaData(),
+        Column("id", Integer, primary_key=True),
+        Column("name", String(20)),
+        UniqueConstraint("name", name="uq_merged_name"),
+    )
+    for backend in dialects.registered():
+        with pytest.raises(ValueError, match=r"merged: .*uq_merged_name"):
+            backend.merge_insert(table, ())
+        for name in ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes"):
+            backend.merge_insert(metadata.tables[name], ())

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, and_, bindparam, case, func, or_, select
+from sqlalchemy import Column, Table, UniqueConstraint, and_, bindparam, case, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table
@@ -212,14 +212,36 @@ async def save_rein_returning(
     return (await conn.execute(statement.returning(table.c.version))).scalar_one_or_none()
 
 
+def merge_key(table: Table) -> list[Column[Any]]:
+    """The primary key a :attr:`chatledger.dialects.Backend.merge_insert` of ``table``
+    meets stored rows on.
+
+    :raises ValueError: ``table`` has another unique key, which MySQL's ``ON DUPLICATE
+        KEY UPDATE`` would meet too where PostgreSQL's and SQLite's ``ON CONFLICT`` name
+        the primary key only."""
+    others = [str(index.name) for index in table.indexes if index.unique]
+    others += [
+        str(constraint.name or "unnamed")
+        for constraint in table.constraints
+        if isinstance(constraint, UniqueConstraint)
+    ]
+    others += [str(column.name) for column in table.columns if column.unique]
+    if others:
+        raise ValueError(
+            f"merge_insert of table {table.name}: its only unique key must be the primary key, "
+            f"it has also {sorted(others)}"
+        )
+    return list(table.primary_key.columns)
+
+
 def conflict_merge(insert: Callable[..., Any]) -> Callable[[Table, Sequence[str]], Any]:
     """PostgreSQL and SQLite: :attr:`chatledger.dialects.Backend.merge_insert` as
     ``INSERT .. ON CONFLICT (primary key) DO UPDATE SET`` the ``replace`` columns to
     the inserted values, or ``DO NOTHING`` with none."""
 
     def merge(table: Table, replace: Sequence[str]) -> Any:
+        key = merge_key(table)
         statement = insert(table)
-        key = list(table.primary_key.columns)
         if not replace:
             return statement.on_conflict_do_nothing(index_elements=key)
         return statement.on_conflict_do_update(

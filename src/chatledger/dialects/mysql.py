@@ -31,7 +31,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ..errors import ConfigurationError
 from ..options import LedgerOptions
 from ..schema import raw_messages_table, rein_sessions_table, sessions_table
-from .appends import MESSAGE_COLUMNS, MESSAGE_INSERT, SESSION_BINDS, append_params, field_updates, session_row
+from .appends import (
+    MESSAGE_COLUMNS,
+    MESSAGE_INSERT,
+    SESSION_BINDS,
+    append_params,
+    field_updates,
+    merge_key,
+    session_row,
+)
 from .base import (
     DATABASE_HINT,
     LOGIN_HINT,
@@ -601,9 +609,9 @@ def _merge_insert_mysql(table: Table, replace: Sequence[str]) -> Any:
     columns to the inserted values, or, with none, the key's first column to itself (no
     change: the stored row is kept). Never ``INSERT IGNORE``, which would turn other
     errors (a value too long) into warnings."""
+    first = merge_key(table)[0]
     statement = mysql.insert(table)
     if not replace:
-        first = next(iter(table.primary_key.columns))
         return statement.on_duplicate_key_update({first.name: first})
     return statement.on_duplicate_key_update({name: statement.inserted[name] for name in replace})
 

@@ -267,8 +267,10 @@ def _statements(ledger: Ledger, conn: AsyncConnection) -> _Statements:
 
 
 async def _execute(conn: AsyncConnection, statement: Any, rows: Sequence[dict[str, Any]]) -> None:
-    """One row as one statement, more as the driver's ``executemany`` (each row still
-    a statement of its own size, as the statement limit was checked)."""
+    """One row as one statement, more as the driver's ``executemany``: a statement per
+    row (asyncpg, psycopg, SQLite), or rows batched into multi-row ``INSERT``s of up to
+    about 1 MB each (aiomysql), below any server's default packet limit; a row larger
+    than that goes alone, and the statement limit was checked for each row."""
     if len(rows) == 1:
         await conn.execute(statement, rows[0])
     elif rows:
