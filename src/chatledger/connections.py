@@ -1,26 +1,20 @@
 """A ledger's connections: the engine it creates or the caller's it adopts, the event
 loop its pool serves, and a new pool in a forked child.
 
-**One event loop at a time.** asyncpg and aiomysql connections belong to the
-event loop that opened them, so the pool serves one loop: the first call binds
-the ledger to its loop, and a call from another loop (the next ``asyncio.run``,
-a worker's new loop) replaces the pool first (:meth:`Connections.bind_loop`), logging it
-at DEBUG. The old loop's idle connections are left unclosed -- they cannot be
-closed from another loop -- for the garbage collector (aiomysql's finalizer
-then prints "Event loop is closed" when that loop has ended; it is harmless).
-Two loops running in two threads at once are not supported: the
-pool is then replaced back and forth, opening new connections on every switch,
-and a call that races a switch can check out a connection of the other loop
-and fail with the driver's ``RuntimeError``. Give each such thread its own
-storage.
+**One event loop at a time.** asyncpg and aiomysql connections, and the pool's own
+wait queue, belong to the event loop that opened them (SQLAlchemy's "Using multiple
+asyncio event loops"), so the pool serves one loop: the first call binds the ledger to
+its loop, and a call from another loop (the next ``asyncio.run``, a worker's new loop)
+replaces the pool first (:meth:`Connections.bind_loop`, logged at DEBUG). The old
+loop's idle connections, which no other loop can close, are left to the garbage
+collector (aiomysql's finalizer then prints a harmless "Event loop is closed"). Two
+loops running in two threads at once are not supported: the pool would be replaced
+back and forth, and a call racing a switch can check out the other loop's connection
+and fail with the driver's ``RuntimeError``. Give each such thread its own storage.
 
-A caller's engine (``engine=``) is not the ledger's to replace: a call from
-another loop than its first raises ``ConfigurationError`` before it checks out a
-connection, unless the engine's pool is a ``NullPool`` (no connection outlives
-its call, so any loop is served). SQLAlchemy's asyncio documentation ("Using
-multiple asyncio event loops") gives the same rule for every driver: besides
-asyncpg's and aiomysql's connections, the pool's own wait queue belongs to the
-loop that first waited on it.
+A caller's engine (``engine=``) is not the ledger's to replace: a call from another
+loop than its first raises ``ConfigurationError`` before it checks out a connection,
+unless the engine's pool is a ``NullPool`` (no connection outlives its call).
 
 **Forks.** In a child process (``os.fork``, gunicorn ``--preload``, celery
 prefork, multiprocessing's ``fork`` start method), the ledger starts over with
@@ -231,10 +225,9 @@ class Connections:
     async def bind_loop(self) -> None:
         """Bind the pool to the running event loop, replacing it when the loop changed.
 
-        The previous loop's connections are dropped unclosed (``dispose(close=False)``):
-        asyncpg's and aiomysql's cannot be used or closed from another loop, and
-        calls still running on the previous loop keep theirs to the end. Runs
-        without awaiting anything, so that no other task sees a half-replaced pool.
+        The previous loop's connections are dropped unclosed (``dispose(close=False)``),
+        so calls still running on that loop keep theirs to the end. Awaits nothing, so
+        that no other task sees a half-replaced pool.
 
         Raises:
             ConfigurationError: the loop changed and the engine is the caller's, with

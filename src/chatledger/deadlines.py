@@ -6,21 +6,20 @@ in a view change) sends no error and no reset: a statement would wait on its soc
 for as long as the kernel keeps the connection open. So each attempt on a server
 database runs within a deadline of its own (:class:`Deadline`, of
 :func:`attempt_limit` seconds, applied by
-:class:`chatledger.transactions.Transactions` and by replica reads). At the deadline
-a second connection asks the server whether the attempt's session is at work
-(:class:`chatledger.dialects.Liveness`): a session running a statement, or one whose
-state changed within the last half deadline, is working slowly, not silent, and
-the attempt gets another deadline, and so does one the question could not be put
-about (no answer within :data:`ASK_LIMIT` seconds: the server is silent, the pool
-has no connection free, or the event loop was held up); but never past the call's
-budget, so a call still ends within it. A session the server reports quiet means the
-attempt is abandoned at once, as is one at its budget's end: the session is ended
-(its transaction rolled back and its locks released now, not when the server
-notices the lost client) and the connection's socket is ended, without a round
-trip, so the statement waiting on it fails as on a lost connection and SQLAlchemy
-invalidates the connection; an attempt with no socket to end yet (connecting,
-waiting for a pooled connection), or still running
-:data:`ABORT_GRACE` seconds later, is cancelled, its connection invalidated
+:class:`chatledger.transactions.Transactions` and by replica reads).
+
+At the deadline a second connection asks the server whether the attempt's session is
+at work (:class:`chatledger.dialects.Liveness`). One running a statement, or whose
+state changed within the last half deadline, is slow, not silent, and gets another
+deadline; so does one the question got no answer about within :data:`ASK_LIMIT`
+seconds (a silent server, no pooled connection free, a held-up event loop); never past
+the call's budget. A quiet session, or one at the budget's end, is abandoned at once:
+the session is ended (its transaction rolled back and its locks released without
+waiting for the server to notice the lost client) and the socket closed without a
+round trip, so the statement waiting on it fails as on a lost connection and
+SQLAlchemy invalidates the connection. An attempt with no socket to end yet
+(connecting, waiting for a pooled connection), or still running :data:`ABORT_GRACE`
+seconds later, is cancelled and its connection invalidated
 (:func:`abandoned_on_cancel`). The call is then tried again within its retry budget.
 """
 

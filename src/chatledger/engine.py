@@ -36,15 +36,12 @@ class Ledger:
 
     Args:
         dsn: See :func:`chatledger.dsn.resolve_dsn`.
-        engine: An ``AsyncEngine`` the caller made and owns, instead of ``dsn``: the
-            ledger uses it and its pool, and neither disposes of it on :meth:`close`
-            nor replaces its pool when the event loop changes (in a forked child it
-            does, as for its own: see **Forks**), so a pooled one serves the ledger on
-            one event loop only (see **One event loop at a time**). What the ledger
-            sets up on its own engines and how a given one is used instead:
-            :func:`chatledger.dialects.adopt_engine`. The options that set up an
-            engine (pool sizes, ``connect_args``, ``lock_timeout``, ``pgbouncer``...)
-            are refused with it.
+        engine: An ``AsyncEngine`` the caller made and owns, instead of ``dsn``: never
+            disposed of by :meth:`close`, its pool replaced only in a forked child, so
+            a pooled one serves one event loop. How it is used:
+            :func:`chatledger.dialects.adopt_engine`. Options that set up an engine
+            (pool sizes, ``connect_args``, ``lock_timeout``, ``pgbouncer``...) are
+            refused with it.
         **options: See :class:`chatledger.options.LedgerOptions`.
 
     Raises:
@@ -52,19 +49,14 @@ class Ledger:
             ``engine``.
 
     A given engine is refused on use with ``ConfigurationError`` naming the fix when
-    its connections are set up otherwise than the ledger needs (in autocommit; on
-    MySQL, another character set or isolation), or when a pooled one is used from a
-    second event loop.
+    its connections are set up otherwise than the ledger needs (autocommit; on MySQL,
+    another character set or isolation), or when a pooled one is used from a second
+    event loop.
 
-    The engine is created here, but nothing connects until the first call, so a
-    ledger can be built before an event loop runs.
-
-    **One event loop at a time**: the pool serves the loop of the first call and is
-    replaced when a call comes from another loop; two loops running in two threads at
-    once are not supported (give each thread its own storage). A caller's pooled
-    engine serves its first loop only. **Forks**: a forked child starts over with a
-    new, empty pool, leaving the parent's connections alone. Both are described in
-    :mod:`chatledger.connections`.
+    Nothing connects until the first call, so a ledger can be built before an event
+    loop runs. The pool serves one event loop at a time (the first call's; replaced
+    when a call comes from another loop, never shared by loops in two threads), and a
+    forked child starts with a new, empty pool: see :mod:`chatledger.connections`.
     """
 
     #: The database's URL (:func:`chatledger.dsn.display` masks its password).
@@ -147,24 +139,20 @@ class Ledger:
     async def ensure_ready(self) -> None:
         """Check the schema revision once; upgrade it first when ``auto_upgrade``.
 
-        Goes on when the database is at this chatledger's head, or at a newer revision
-        whose recorded ``compatible_from`` this chatledger ships (an expand revision of
-        a rolling deploy; logged once at INFO). See :func:`chatledger.migrate.standing`.
-        ``auto_upgrade`` upgrades a database that is behind under the schema lock
-        (:func:`chatledger.migrate.upgrade_schema`): of many processes starting at
-        once, one upgrades, the others wait for it and go on.
-
-        A database holding zett-agent's own tables and no chatledger revision is never
-        upgraded, ``auto_upgrade`` or not: it needs ``chatledger adopt``, which the
-        ``SchemaNotReady`` message names (``auto_upgrade``: the upgrade refuses it under
-        the schema lock, before any change).
+        Goes on at this chatledger's head, or at a newer revision whose recorded
+        ``compatible_from`` this chatledger ships (a rolling deploy's expand revision;
+        logged once at INFO): see :func:`chatledger.migrate.standing`.
+        ``auto_upgrade`` upgrades under the schema lock
+        (:func:`chatledger.migrate.upgrade_schema`): of many processes starting at once,
+        one upgrades and the others wait for it. zett-agent's own tables without a
+        chatledger revision are never upgraded: they need ``chatledger adopt``.
 
         Raises:
-            SchemaNotReady: the database is behind (and not ``auto_upgrade``), or at a
-                newer revision this chatledger cannot run on, or the schema lock was
-                not granted within :data:`chatledger.migrate.LOCK_TIMEOUT`; the message
-                names both revisions and what to do (for zett-agent's tables:
-                ``chatledger adopt --dsn …``).
+            SchemaNotReady: the database is behind (and not ``auto_upgrade``), at a
+                newer revision this chatledger cannot run on, or holds zett-agent's
+                tables; or the schema lock was not granted within
+                :data:`chatledger.migrate.LOCK_TIMEOUT`. The message names both
+                revisions and what to do.
         """
         await self.readiness.ensure_ready(self.transactions)
 
@@ -212,19 +200,18 @@ class Ledger:
         ``identity`` makes the write exactly-once across an ambiguous failure (the
         connection lost while the COMMIT was under way): the write's id, fixed before
         the first attempt, its content, and the generation each attempt wrote in
-        (``work`` tells it, :meth:`WriteIdentity.made`), settled in a read
-        transaction of its own by the rules of :mod:`chatledger.identity`, the same
-        for every kind of session: the stored write with the same content is
-        returned, one with other content raises ``IdentityConflict``, a write a
-        delete, clear or purge erased since is returned as written. A write without
-        such an identity (a pop, a clear, a purge's conditional delete) may give
-        ``settle`` instead: it looks the write up in its own read transaction and
-        returns the write's result when it was committed, ``None`` when not
-        (``write_id`` names the write in ``OutcomeUnknown``). After an ambiguous
-        failure every later attempt settles first, and a failure of ``work`` (a
-        duplicate key, a version conflict) settles again before it is raised: the
-        server may still have been finishing the first COMMIT while the first settle
-        read, and the write's primary key decides that race.
+        (:meth:`WriteIdentity.made`), settled in a read transaction of its own by the
+        rules of :mod:`chatledger.identity`: the stored write with the same content is
+        returned, with other content raises ``IdentityConflict``, erased since by a
+        delete, clear or purge is returned as written. A write without such an identity
+        (a pop, a clear, a purge's conditional delete) may give ``settle`` instead: it
+        looks the write up in its own read transaction and returns its result when it
+        was committed, ``None`` when not (``write_id`` names the write in
+        ``OutcomeUnknown``). After an ambiguous failure every later attempt
+        settles first, and a failure of ``work`` (a duplicate key, a version conflict)
+        settles again before it is raised: the server may still have been finishing the
+        first COMMIT while the first settle read, and the write's primary key decides
+        that race.
 
         Raises:
             OutcomeUnknown: the COMMIT was ambiguous and either no ``identity`` or

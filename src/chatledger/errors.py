@@ -74,8 +74,8 @@ class CorruptData(ChatledgerError, ValueError):
     their session's counter row, which an append then cannot number after.
 
     The message names the session and the row, and what to do (``chatledger check``
-    lists sessions with raw messages past their counter). A ``ValueError``, as the
-    decode errors of hand-edited rows always were.
+    lists sessions with raw messages past their counter). A ``ValueError``, like any
+    decode error of a hand-edited row.
     """
 
 
@@ -131,8 +131,8 @@ class IdentityConflict(ChatledgerError, ValueError):
     (:mod:`chatledger.identity`), but another write under the same id is refused.
     Nothing was written; the stored write is left as it is.
 
-    Give the new write an id of its own. A ``ValueError``: the id is bad input, as
-    the id of another session's message always was.
+    Give the new write an id of its own. A ``ValueError``: the id is bad input, like
+    the id of another session's message.
     """
 
     def __init__(self, message: str, *, write_id: str) -> None:

@@ -51,12 +51,13 @@ class Readiness:
         #: ``max_allowed_packet``) by :meth:`ensure_ready`.
         self.statement_limit = self.backend.statement_limit
         #: The append this ledger runs: the backend's one-statement append once the check
-        #: found the routine it needs (SQLite: revision 0007's counter trigger; MySQL:
-        #: revision 0008's procedure, which the login may call), else the counter upsert's.
+        #: found the routine it needs (SQLite: the counter trigger; MySQL: the append
+        #: procedure, which the login may call), else the counter upsert's.
         self.append_message = self.backend.append_message
-        #: The append as one statement committed by itself this ledger runs
-        #: (:attr:`chatledger.dialects.Backend.single_append`), once the check found the routine it needs
-        #: (MySQL: revision 0010's procedure); ``None``: every append is a transaction.
+        #: The append as one statement committed by itself
+        #: (:attr:`chatledger.dialects.Backend.single_append`), once the check found the
+        #: routine it needs (MySQL: the committed append procedure); ``None``: every
+        #: append is a transaction.
         self.single_append = self.backend.single_append if self.backend.single_append_usable is None else None
         #: Set once a call found the routine refused (:class:`dialects.RoutineRefused`):
         #: the check asks no more, and the ledger keeps the counter upsert's append.
@@ -91,10 +92,9 @@ class Readiness:
             state, hint = await self._read_state(transactions)
             standing = migrate.standing(state)
             # A revision still in alembic_version moves to chatledger's own table on upgrade.
-            # zett-agent's own tables or a half-applied revision (hint) are refused by the
-            # upgrade under the schema lock, before any DDL: read without the lock, another
-            # process's upgrade half done on MySQL (its DDL commits statement by statement)
-            # looks like the latter.
+            # zett-agent's tables or a half-applied revision (hint) are left for the upgrade
+            # to refuse under the schema lock: read without it, another process's upgrade
+            # half done on MySQL (DDL commits statement by statement) looks half-applied.
             if self.auto_upgrade and (standing is migrate.Standing.BEHIND or state.legacy):
                 connect_args = dict(self.options.connect_args)
                 if self.options.pgbouncer:

@@ -17,24 +17,15 @@ hand so that a call that succeeds at once pays nothing for it). When it runs out
 COMMIT succeeded (returning the connection to the pool) is no failure of the call:
 its result is returned.
 
-**A bound on each attempt.** A server that stops answering (a black-holed network,
-a host frozen, a cluster stuck in a view change) sends no error and no reset: a
-statement would wait on its socket for as long as the kernel keeps it open. So each
-attempt on a server database runs within a deadline of its own
-(:mod:`chatledger.deadlines`): a third of ``retry_timeout``, so that a stalled
-attempt leaves room for more; never less than ``lock_timeout`` plus one second, so
-that a lock wait ends in the server's own error first; and no more than what is left
-of the budget once that floor is given. At the deadline a second connection asks
-whether the attempt's server session is at work: a running statement is slow, not
-silent, and gets another deadline, as does one no answer came about, up to what is
-left of the budget. A quiet attempt, or one at the budget's end, is abandoned: its
-server session ended, its socket closed without a round trip (or, with none yet, the
-attempt cancelled), its connection invalidated and never returned to the pool (as is
-the connection of an attempt the caller cancels), and the call tried again as one
-whose connection was lost -- a write whose COMMIT was under way is ambiguous and
-settled, never sent blindly again. So a call on a server that stopped answering ends
-within about ``retry_timeout + lock_timeout`` seconds, and one attempt stalled on a
-silent connection leaves the rest of the budget to the attempts after it.
+**A bound on each attempt.** A server that stops answering sends no error, so each
+attempt on a server database runs within a deadline (:mod:`chatledger.deadlines`): a
+third of ``retry_timeout``, so that a stalled attempt leaves room for more; never less
+than ``lock_timeout`` plus one second, so that a lock wait ends in the server's own
+error first. An attempt whose server session is at work gets another deadline, up to
+the budget's end; a quiet one is abandoned, its connection never pooled again, and
+the call tried again as one whose connection was lost (a write whose COMMIT was under
+way is settled, never sent blindly again). So a call on a silent server ends within
+about ``retry_timeout + lock_timeout`` seconds.
 
 **Ambiguous COMMIT.** A connection lost while the COMMIT was under way leaves the
 outcome unknown: the server may have committed the transaction and lost only the
@@ -46,12 +37,11 @@ for every kind of session (:mod:`chatledger.identity`); a write of another kind 
 pop, a clear, a purge's conditional delete) gives a ``settle`` function of its own.
 
 **Settle.** After an ambiguous COMMIT every later attempt first runs the settle in
-a read transaction of its own: it returns the write's result when the write was
-committed (the call returns it, and writes nothing more), ``None`` when not (the
-work is attempted again). A failure of the work itself (a duplicate key, a version
-conflict) is settled once more before it is raised: the server may still have been
-finishing the first COMMIT while the first settle read, and the write's primary
-key decides that race.
+a read transaction of its own: the write's result when it was committed (returned,
+nothing more written), ``None`` when not (the work is attempted again). A failure of
+the work itself (a duplicate key, a version conflict) is settled once more before it
+is raised: the server may still have been finishing the first COMMIT while the first
+settle read, and the write's primary key decides that race.
 
 **Probes and reads** are never ambiguous: a read, and a probe that reads on a
 write's connection (``probe``: the schema check's isolation probe), leave nothing to
@@ -278,11 +268,10 @@ class Transactions:
                 except (StorageUnavailable, ConfigurationError, SchemaNotReady):
                     raise
                 except dialects.RoutineRefused as refused:
-                    # The append's routine was refused and ran nothing: this ledger
-                    # appends with its statements from now on, this call again at once
-                    # (once per ledger, so outside the retry budget); a statement that
-                    # commits itself says it wrote nothing, so its caller's transaction
-                    # makes the append.
+                    # The routine ran nothing: the ledger keeps its statements from now
+                    # on and this call runs again at once (once per ledger, outside the
+                    # retry budget); a self-committing statement returns None, so its
+                    # caller's transaction makes the append.
                     self.readiness.refuse_routine(refused.error)
                     if autocommit:
                         return None  # type: ignore[return-value]
@@ -563,8 +552,8 @@ class Transactions:
                 lost = write and committing and not idle and not probe
                 raise _Retry(error, code, ambiguous=lost) from error
             # Every other code, listed or not, becomes a chatledger error. A write's own
-            # key clash becomes ConstraintViolation, which Transactions.run settles before it
-            # is raised, as it settled the IntegrityError before.
+            # key clash becomes ConstraintViolation, which Transactions.run settles before
+            # raising it.
             raise dialects.database_error(self.backend, error, self.url) from error
         except PoolTimeout as error:
             within = (

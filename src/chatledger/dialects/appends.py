@@ -144,7 +144,7 @@ def unchanged_live_session() -> list[Any]:
 
 def counted_insert() -> Any:
     """The append in one statement, where a trigger moves the counter row along
-    (revision 0007 on SQLite): ``INSERT INTO raw_messages .. SELECT last_sequence + 1
+    (SQLite's counter trigger): ``INSERT INTO raw_messages .. SELECT last_sequence + 1
     FROM agent_sessions .. RETURNING sequence``.
 
     It selects only the counter row of :func:`unchanged_live_session`, so it writes

@@ -3,20 +3,9 @@ shares: the failure taxonomy (:class:`Failure`, :func:`classify`) and the one ma
 a database error to a chatledger error (:func:`database_error`).
 
 Everything that differs between SQLite, PostgreSQL and MySQL/MariaDB beyond a column
-type is a field or hook of one :class:`Backend` per backend, defined in that
-backend's module (:mod:`.postgresql`, :mod:`.mysql`, :mod:`.sqlite`) and looked up by
-SQLAlchemy's dialect name and driver (:func:`backend`): the append (sequence allocation
-and insert), the rein-session upsert, the meaning of each error code (transient and
-safe to retry, a lost connection, a configuration the server refuses, a statement too
-large, a table or column missing from the schema, a read-only or full database; any
-other code is a :class:`chatledger.errors.DatabaseError`: :func:`database_error` maps
-every one), the filter on a list of any length (:attr:`Backend.any_of`), the
-isolation of a snapshot-consistent read, the greater of two instants (``updated_at``
-never moves back), the byte order of ids and whether ``LIKE`` is exact (an id
-prefix's match), the schema lock of migrations (online, and in the scripts of
-``--sql``), the table locks of a downgrade that drops tables, and the set-up of every
-new connection (lock timeouts; SQLite's pragmas, explicit transactions and the
-clean-up of a cancelled statement; Galera's causal reads).
+type is a field or hook of one :class:`Backend`, defined in that backend's module
+(:mod:`.postgresql`, :mod:`.mysql`, :mod:`.sqlite`) and looked up by SQLAlchemy's
+dialect name and driver (:func:`backend`). Its fields document each difference.
 """
 
 from __future__ import annotations
@@ -196,12 +185,11 @@ async def execute_call(
     a ``CALL`` of a procedure that returns some (MySQL sends the call's own status last).
 
     SQLAlchemy's async result reads what follows the rows when it closes the cursor,
-    before ``execute`` returns (``_async_soft_close``, SQLAlchemy 2.0.44 and later, which
-    chatledger requires: earlier ones return with it unread, and the outcome of a
-    ``COMMIT`` sent after the rows with it), outside its error handling: a failure
-    reported there (a Galera certification abort after the last row, a connection lost,
-    a failed ``COMMIT``) would reach the caller as the driver's own exception. It is raised
-    as :class:`sqlalchemy.exc.DBAPIError` instead, with the connection invalidated when
+    before ``execute`` returns (``_async_soft_close``; chatledger requires a SQLAlchemy
+    that does), outside its error handling: a failure reported there (a Galera
+    certification abort after the last row, a connection lost, a failed ``COMMIT``)
+    would reach the caller as the driver's own exception. It is raised as
+    :class:`sqlalchemy.exc.DBAPIError` instead, with the connection invalidated when
     the dialect calls it a disconnect, as SQLAlchemy does for the statement itself.
 
     :raises sqlalchemy.exc.DBAPIError: the statement's failure or its closing status'."""
@@ -409,7 +397,7 @@ class Backend:
     #: appends in a transaction. One round trip where a transaction costs two or three
     #: (``BEGIN``, the statement, ``COMMIT``). The ledger runs it in autocommit, or
     #: (:attr:`single_append_autocommit` ``False``) as the first statement of a
-    #: transaction that the statement itself commits (MySQL: revision 0010's
+    #: transaction that the statement itself commits (MySQL: the committed append
     #: procedure), which then marks the connection :data:`TRANSACTION_ENDED`.
     #: ``None``: the backend has none.
     single_append: Appender | None = None
@@ -426,15 +414,15 @@ class Backend:
     #: ``KILL QUERY``, which the server may report once the procedure has committed)
     #: leaves its outcome unknown, as a lost ``COMMIT`` does: settled before a retry.
     single_append_rolled_back_codes: frozenset[str | int] = frozenset()
-    #: The append on a schema with the routine that serves it (SQLite: revision 0007's
-    #: trigger, which moves the counter row along with the raw log; MySQL: revision
-    #: 0008's procedure), found by :attr:`append_routine_usable`: one statement where it
+    #: The append on a schema with the routine that serves it (SQLite: the counter
+    #: trigger, which moves the counter row along with the raw log; MySQL: the append
+    #: procedure), found by :attr:`append_routine_usable`: one statement where it
     #: can, else :attr:`append_message`'s. ``None``: the backend has no such routine.
     counted_append: Appender | None = None
     #: Whether the schema has the routine :attr:`counted_append` needs and this ledger
     #: may use it, asked once per ledger at its schema check; ``False``, or a refusal (a
     #: routine missing, or not the login's to call), and the ledger keeps
-    #: :attr:`append_message`: the schema of an older revision, on MySQL a login without
+    #: :attr:`append_message`: a schema without the routine, on MySQL a login without
     #: ``EXECUTE`` or a Galera node.
     append_routine_usable: RoutineCheck | None = None
     #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)

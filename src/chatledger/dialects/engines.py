@@ -98,8 +98,8 @@ def configure_engine(engine: AsyncEngine, options: LedgerOptions) -> None:
     whose last act was a successful COMMIT (:data:`COMMITTED`, set by the ledger's
     transactions) or SQLAlchemy's own rollback skips it.
 
-    A backend whose :attr:`Backend.single_append` commits its own transaction (MySQL:
-    revision 0010's procedure) gets :func:`_spare_ended_commits`: the ``COMMIT`` after
+    A backend whose :attr:`Backend.single_append` commits its own transaction (MySQL's
+    committed append procedure) gets :func:`_spare_ended_commits`: the ``COMMIT`` after
     it sends nothing."""
     backend = base.backend(engine.dialect.name, engine.dialect.driver)
     statements = backend.session_setup(options)

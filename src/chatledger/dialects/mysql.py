@@ -108,7 +108,7 @@ async def _append_mysql(
     return int(sequence)
 
 
-#: Revision 0008's procedure: the counter upsert and the insert in one statement.
+#: The append procedure: the counter upsert and the insert in one statement.
 _APPEND_PROCEDURE = "chatledger_append"
 #: ER_SP_DOES_NOT_EXIST, ER_SP_WRONG_NO_OF_ARGS, ER_PROCACCESS_DENIED_ERROR: the
 #: procedure dropped, given other parameters, or its EXECUTE revoked since the schema
@@ -122,7 +122,7 @@ _REFUSED_NAME = re.compile(rf"\.{_APPEND_PROCEDURE}\b")
 
 def _procedure_call(procedure: str) -> Any:
     """``CALL procedure(:s_id, .., :m_updated_at)``: the parameters of
-    :func:`append_params`, in the order of revisions 0008's and 0010's procedures, each
+    :func:`append_params`, in the order of both append procedures' parameters, each
     bound with its column's type."""
     parameters = [bindparam(f"s_{name}", type_=sessions_table.c[name].type) for name in SESSION_BINDS] + [
         bindparam(f"m_{name}", type_=raw_messages_table.c[name].type) for name in MESSAGE_COLUMNS
@@ -137,7 +137,7 @@ _PROCEDURE_CALL = _procedure_call(_APPEND_PROCEDURE)
 async def _append_mysql_called(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
-    """MySQL/MariaDB with revision 0008's procedure: :func:`_append_mysql`'s two
+    """MySQL/MariaDB with the append procedure: :func:`_append_mysql`'s two
     statements in one ``CALL``, in the caller's transaction, its one row the sequence
     (``NULL``: refused, nothing inserted). That row is the procedure's last statement,
     so a failure of either statement is this call's error; a failure reported in the
@@ -164,9 +164,8 @@ async def _call(
     return None if sequence is None else int(sequence)
 
 
-#: Revision 0010's procedure: the append to a session it only moves along, committed,
-#: its row sent before its COMMIT (revision 0009's, which sends it after, is left to
-#: code of that revision).
+#: The committed append procedure: the append to a session it only moves along,
+#: committed, its row sent before its COMMIT.
 _COMMITTED_PROCEDURE = "chatledger_append_committed_v2"
 _COMMITTED_CALL = _procedure_call(_COMMITTED_PROCEDURE)
 _COMMITTED_NAME = re.compile(rf"\.{_COMMITTED_PROCEDURE}\b")
@@ -175,7 +174,7 @@ _COMMITTED_NAME = re.compile(rf"\.{_COMMITTED_PROCEDURE}\b")
 async def _single_append_mysql(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
-    """MySQL/MariaDB with revision 0010's procedure: the append in one ``CALL`` that
+    """MySQL/MariaDB with the committed append procedure: the append in one ``CALL`` that
     begins, makes and commits its own transaction, on a session whose counter row it
     only moves along (a live session with the given parent and fields); ``None``: not
     such a session, and the procedure rolled back having written nothing. The ledger
@@ -207,25 +206,23 @@ async def _galera(conn: AsyncConnection) -> bool:
 
 
 async def _append_procedure_usable(conn: AsyncConnection) -> bool:
-    """Whether this ledger appends through revision 0008's procedure: the login may call
-    it, and the server is no Galera node (``wsrep_on``). Galera's abort of a transaction
-    its certification lost is not handled inside stored procedures as it is for plain
+    """Whether this ledger appends through the append procedure: the login may call it,
+    and the server is no Galera node (``wsrep_on``). Galera does not handle the abort of
+    a transaction its certification lost inside a stored procedure as it does for plain
     statements: the error can be lost, the changes with it, while the procedure returns,
-    or the node hang waiting on it (codership mysql-wsrep issues 191 and 336; Percona
-    PXC-3243); with it, about one run in ten of the Galera step saw one session's appends
-    stall past the retry budget. On Galera the append keeps its two statements."""
+    or the node hang waiting on it. On Galera the append keeps its two statements."""
     if await _galera(conn):
         return False
     return (await execute_call(conn, text(_APPEND_PROCEDURE_PROBE))).first() is not None
 
 
-#: Revision 0010's probe, as :data:`_APPEND_PROCEDURE_PROBE`: it returns before it
+#: The committed procedure's probe, as :data:`_APPEND_PROCEDURE_PROBE`: it returns before it
 #: begins a transaction.
 _COMMITTED_PROBE = _APPEND_PROCEDURE_PROBE.replace(_APPEND_PROCEDURE, _COMMITTED_PROCEDURE, 1)
 
 
 async def _committed_procedure_usable(conn: AsyncConnection) -> bool:
-    """Whether this ledger appends through revision 0010's procedure: the login may call
+    """Whether this ledger appends through the committed procedure: the login may call
     it, and the server is no Galera node (as :func:`_append_procedure_usable`)."""
     if await _galera(conn):
         return False
@@ -407,7 +404,7 @@ def _offline_begin_mysql(lock_timeout: float) -> tuple[str, ...]:
     # row then makes the scalar subquery an error ("Subquery returns more than 1 row"),
     # and the client stops before the first change. <=> compares NULL as a value.
     # SET NAMES first: the client's own character set is recorded with the routines the
-    # script creates (revision 0008's procedure), as utf8mb4 is online.
+    # script creates (the append procedure), as utf8mb4 is online.
     return (
         "SET NAMES utf8mb4;",
         f"SELECT (SELECT 1 UNION ALL SELECT 1 FROM DUAL WHERE NOT (GET_LOCK({_MYSQL_LOCK_NAME}, "

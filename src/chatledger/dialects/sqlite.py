@@ -72,7 +72,7 @@ async def _append_sqlite(
     return sequence
 
 
-#: Revision 0007's trigger, by the name it is created with.
+#: The counter trigger, by the name it is created with.
 _COUNTER_TRIGGER = "raw_messages_counter"
 _MASTER = sql_table("sqlite_master", sql_column("type"), sql_column("name"), sql_column("tbl_name"))
 _TRIGGER_PRESENT = (
@@ -108,7 +108,7 @@ _SQLITE_FOLLOW = (
 async def _append_sqlite_counted(
     conn: AsyncConnection, values: dict[str, Any], row: dict[str, Any], now: datetime
 ) -> int | None:
-    """SQLite with revision 0007's trigger: the insert alone, numbered from the counter
+    """SQLite with the counter trigger: the insert alone, numbered from the counter
     row, which the trigger then moves along (:func:`.appends.counted_insert`); the
     counter upsert and the insert when it selected no counter row. Without the trigger
     (dropped since the schema check) the append moves the counter itself."""
@@ -122,7 +122,7 @@ async def _append_sqlite_counted(
     return sequence
 
 
-#: Whether the schema has revision 0007's counter trigger (read once per ledger).
+#: Whether the schema has the counter trigger (read once per ledger).
 _COUNTER_TRIGGER_SQLITE = (
     "SELECT 1 FROM sqlite_master "
     f"WHERE type = 'trigger' AND name = '{_COUNTER_TRIGGER}' AND tbl_name = 'raw_messages'"
@@ -137,7 +137,7 @@ def _rebuild_triggers_sqlite(conn: Connection) -> tuple[tuple[str, ...], tuple[s
     """Every trigger dropped before a table rebuild and created again after it, as
     SQLite's generalized ``ALTER TABLE`` procedure says: the rebuild's ``DROP TABLE``
     drops the table's own, and its ``RENAME`` fails while another table's trigger
-    (revision 0007's names ``agent_sessions``) refers to the table it dropped."""
+    (the counter trigger names ``agent_sessions``) refers to the table it dropped."""
     rows = conn.execute(
         text("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND sql IS NOT NULL ORDER BY name")
     ).all()
@@ -363,9 +363,9 @@ def configure_migration_engine(engine: AsyncEngine, *, lock_timeout: float) -> N
     """Set up an engine that runs migrations. SQLite only: SQLAlchemy's documented recipe
     for transactional DDL ("Serializable isolation / Savepoints / Transactional DDL"):
     the driver's own transaction handling off (``isolation_level = None``, so sqlite3
-    neither begins nor commits on its own, and DDL no longer runs outside the
-    transaction) and an explicit ``BEGIN IMMEDIATE``, which waits for the write lock
-    up to ``lock_timeout`` seconds (the busy timeout)."""
+    neither begins nor commits on its own, and DDL runs inside the transaction) and an
+    explicit ``BEGIN IMMEDIATE``, which waits for the write lock up to ``lock_timeout``
+    seconds (the busy timeout)."""
     if not backend(engine.dialect.name, engine.dialect.driver).explicit_begin:
         return
 

@@ -937,8 +937,8 @@ class Importer:
         conn = await self._connection()
         if session.mode == "insert":
             if session.counter is not None and session.top > int(session.counter[0]):
-                # Messages past the input's counter (zett's own store numbered them): a
-                # counter trigger (revision 0007, SQLite) moved the row along; it is
+                # Messages past the input's counter (zett's own store numbered them):
+                # SQLite's counter trigger moved the row along; it is
                 # imported as it was, on every backend, so a re-import finds it identical.
                 last, updated = session.counter
                 s = layout.sessions

@@ -1,8 +1,8 @@
 """Decoded raw-log tails a storage loaded before, so that a reload decodes only what is new.
 
 Why a decoded record can be kept: a raw message is immutable once written, and its
-sequence is never reused for its session id (revision 0002: a re-created id numbers
-its messages after the deleted generation's last sequence). So the record decoded
+sequence is never reused for its session id (a re-created id numbers its messages
+after the deleted generation's last sequence). So the record decoded
 for ``(session_id, sequence)`` is the same in every later read that contains it.
 
 What the cache holds per session: the contiguous run of records ``first..k`` that
@@ -77,7 +77,7 @@ class CachedTail:
         below, so sequences at or below the stored checkpoint boundary are never
         served. That is also what keeps a deleted generation out, once sequences are
         never reused for an id: its messages all lie at or below the boundary of the
-        generation that replaced it (revision 0002 starts a new generation with
+        generation that replaced it (a new generation starts with
         ``compacted_through_sequence`` at the old one's last sequence).
         """
         start, stop = boundary + 1 - self.first, through - self.first + 1
@@ -121,8 +121,8 @@ class TailCache:
         ``created_at`` now), marked most recently used.
 
         The generation check keeps the runs of a deleted session from a re-created one
-        on a schema where the new generation numbers its messages from 1 again (before
-        revision 0002): a re-create sets ``created_at`` anew.
+        on the first revision's schema, where a new generation numbers its messages
+        from 1 again: a re-create sets ``created_at`` anew.
         """
         with self._lock:
             entry = self._entries.get(session_id)
