@@ -1,14 +1,7 @@
-"""The ledger core every store shares: one database's engine, schema check and
-transactions, each in a module of its own, behind :class:`Ledger`.
-
-- :mod:`chatledger.connections`: the engine (created, or the caller's ``engine=``),
-  the event loop its pool serves, a new pool in a forked child;
-- :mod:`chatledger.readiness`: the schema and revision check, ``auto_upgrade``, the
-  server's statement size limit;
-- :mod:`chatledger.transactions`: the retry budget, the classification of failures
-  and the exactly-once settle of a write whose COMMIT was lost;
-- :mod:`chatledger.identity`: what a write is known by across a lost COMMIT (its id,
-  content and generation), the same for every kind of session.
+"""The ledger core every store shares, :class:`Ledger`: a facade over one database's
+connections (:mod:`chatledger.connections`), schema check (:mod:`chatledger.readiness`),
+transactions and retries (:mod:`chatledger.transactions`) and the identity that makes a
+write exactly-once across a lost COMMIT (:mod:`chatledger.identity`).
 """
 
 from __future__ import annotations

@@ -233,14 +233,12 @@ AUTOCOMMIT_FIX = (
 
 
 async def _refuse_autocommit(conn: AsyncConnection) -> None:
-    """A server connection whose driver commits every statement on its own (aiomysql's
-    or psycopg's ``autocommit=True`` connect argument, ``SET autocommit = 1`` on a
-    pooled connection) is refused before the transaction's first statement: its
-    "transaction" would commit statement by statement.
-
-    Read from the driver's state with SQLAlchemy's ``detect_autocommit_setting``,
-    which costs no round trip (aiomysql reads the server status of the last reply), so
-    every transaction is checked, on whichever pooled connection it runs."""
+    """Refuse, before the transaction's first statement, a server connection whose
+    driver commits every statement on its own (aiomysql's or psycopg's
+    ``autocommit=True``, ``SET autocommit = 1`` on a pooled connection): its
+    "transaction" would commit statement by statement. Read from the driver's state
+    (SQLAlchemy's ``detect_autocommit_setting``, no round trip), so every transaction
+    is checked, on whichever pooled connection it runs."""
     dbapi_connection = sync_connection(conn).connection.dbapi_connection
     if dbapi_connection is not None and conn.dialect.detect_autocommit_setting(dbapi_connection):
         raise ConfigurationError(
@@ -278,15 +276,14 @@ class OfflineScript:
 NO_OFFLINE_SCRIPT = OfflineScript(client="", on_failure=(), begin=lambda _lock_timeout: (), end=())
 
 
-#: Keeps every other session out of the tables a downgrade drops for its ``with`` block,
-#: in which the downgrade counts their rows and drops them: an append whose transaction
-#: is open when the lock is asked for commits first (and is counted), and every later
-#: one waits until the tables are gone (and then fails: it was never acknowledged).
-#: Arguments: the migration's (synchronous) connection, the tables it drops, every
-#: table of chatledger's it may touch meanwhile (the dropped ones among them), and the
-#: lock timeout in seconds. Raises :class:`chatledger.dialects.migrations.TablesBusy`
-#: when the tables are not granted in time. Runs inside
-#: :attr:`Backend.migration_transaction`, under the schema lock.
+#: Keeps every other session out of the tables a downgrade drops, for the ``with``
+#: block in which it counts their rows and drops them: an append open when the lock is
+#: asked for commits first (and is counted), every later one waits until the tables are
+#: gone (and then fails, never acknowledged). Arguments: the migration's synchronous
+#: connection, the tables it drops, every table of chatledger's it may touch meanwhile,
+#: and the lock timeout in seconds. Raises
+#: :class:`chatledger.dialects.migrations.TablesBusy` when not granted in time. Runs
+#: inside :attr:`Backend.migration_transaction`, under the schema lock.
 DropGuard = Callable[[Connection, Sequence[str], Sequence[str], float], AbstractContextManager[None]]
 
 
@@ -391,15 +388,14 @@ class Backend:
 
     #: The append: sequence allocation on the counter row and the message insert.
     append_message: Appender = field(default=_lacking("append_message"), metadata=_REQUIRED)
-    #: The append as one statement committed by itself: it moves along the counter row
-    #: of a live session whose parent and given fields are the stored ones, and returns
-    #: ``None``, writing nothing, for any other, which :attr:`append_message` then
-    #: appends in a transaction. One round trip where a transaction costs two or three
-    #: (``BEGIN``, the statement, ``COMMIT``). The ledger runs it in autocommit, or
-    #: (:attr:`single_append_autocommit` ``False``) as the first statement of a
-    #: transaction that the statement itself commits (MySQL: the committed append
-    #: procedure), which then marks the connection :data:`TRANSACTION_ENDED`.
-    #: ``None``: the backend has none.
+    #: The append as one statement committed by itself, one round trip instead of a
+    #: transaction's two or three: it moves along the counter row of a live session
+    #: whose parent and given fields are the stored ones, and returns ``None``, writing
+    #: nothing, for any other (which :attr:`append_message` then appends in a
+    #: transaction). Run in autocommit, or (:attr:`single_append_autocommit` ``False``)
+    #: as the first statement of a transaction it commits itself (MySQL's committed
+    #: append procedure), marking the connection :data:`TRANSACTION_ENDED`. ``None``:
+    #: the backend has none.
     single_append: Appender | None = None
     #: Whether the schema has the routine :attr:`single_append` needs and this ledger
     #: may use it, asked once per ledger at its schema check, as
@@ -408,11 +404,10 @@ class Backend:
     #: Whether :attr:`single_append` runs in autocommit (``False``: it commits its own
     #: transaction).
     single_append_autocommit: bool = True
-    #: Of :attr:`transient_codes`, those a :attr:`single_append` that commits its own
-    #: transaction meets only before its ``COMMIT`` (a deadlock, a lock wait), so it
-    #: wrote nothing; any other transient failure of it (a statement's time limit or
-    #: ``KILL QUERY``, which the server may report once the procedure has committed)
-    #: leaves its outcome unknown, as a lost ``COMMIT`` does: settled before a retry.
+    #: Of :attr:`transient_codes`, those a self-committing :attr:`single_append` meets
+    #: only before its ``COMMIT`` (a deadlock, a lock wait), so it wrote nothing. Any
+    #: other (a time limit, ``KILL QUERY``: the server may report them after the
+    #: procedure committed) leaves the outcome unknown, settled before a retry.
     single_append_rolled_back_codes: frozenset[str | int] = frozenset()
     #: The append on a schema with the routine that serves it (SQLite: the counter
     #: trigger, which moves the counter row along with the raw log; MySQL: the append
@@ -420,10 +415,9 @@ class Backend:
     #: can, else :attr:`append_message`'s. ``None``: the backend has no such routine.
     counted_append: Appender | None = None
     #: Whether the schema has the routine :attr:`counted_append` needs and this ledger
-    #: may use it, asked once per ledger at its schema check; ``False``, or a refusal (a
-    #: routine missing, or not the login's to call), and the ledger keeps
-    #: :attr:`append_message`: a schema without the routine, on MySQL a login without
-    #: ``EXECUTE`` or a Galera node.
+    #: may use it, asked once per ledger at its schema check. ``False`` or a refusal (no
+    #: routine; on MySQL, no ``EXECUTE`` or a Galera node): the ledger keeps
+    #: :attr:`append_message`.
     append_routine_usable: RoutineCheck | None = None
     #: The statements to run before and after rebuilding a table (:attr:`rebuilds_tables`)
     #: to keep the database's triggers: SQLite drops a table's triggers with it, and
@@ -478,10 +472,9 @@ class Backend:
     #: commits itself (:attr:`single_append`) failing with one was not run.
     idle_codes: frozenset[str | int] = frozenset()
     #: Whether the driver awaits to set a connection's characteristics (isolation
-    #: level, read only). SQLAlchemy sets an engine's (``execution_options``) while it
-    #: connects, where a cancellation leaves the pooled connection checked out, never
-    #: returned: a ledger's transactions set them on their connection instead, inside
-    #: the block that gives it back.
+    #: level, read only). A cancellation while SQLAlchemy sets an engine's on connect
+    #: leaves the pooled connection checked out for good, so the ledger sets them on the
+    #: connection inside the block that gives it back.
     characteristics_await: bool = False
     #: Whether the driver's connection (SQLAlchemy's ``driver_connection``) already
     #: knows it is closed, so that a statement on it fails without being sent; read from
@@ -533,29 +526,24 @@ class Backend:
     #: stated here, never inherited from the server's default.
     snapshot_read: dict[str, Any] = field(default_factory=dict)
     #: Execution options of a read that is one ``SELECT`` (``Ledger.read(...,
-    #: single_statement=True)``), where one statement is a consistent snapshot by itself
-    #: and sending no ``BEGIN`` saves a round trip: SQLite, whose sqlite3 runs a
-    #: ``SELECT`` outside any transaction (its own implicit read transaction). ``None``:
+    #: single_statement=True)``), a consistent snapshot by itself, so no ``BEGIN`` is
+    #: sent: SQLite (sqlite3 runs it in its own implicit read transaction). ``None``:
     #: :attr:`snapshot_read`.
     single_read: dict[str, Any] | None = None
     #: Execution options of a write transaction.
     write: dict[str, Any] = field(default_factory=dict)
     #: Execution options, over :attr:`write`'s, of a write whose first statement writes
-    #: (the append's counter upsert): SQLite sends no ``BEGIN`` of its own, since
-    #: sqlite3 begins the transaction (:attr:`driver_begin`) right before that
-    #: statement, in the same call on aiosqlite's thread. A write that reads first
-    #: must not take them: its reads would run before the transaction.
+    #: (the append's counter upsert): on SQLite no ``BEGIN`` of its own, sqlite3
+    #: beginning the transaction (:attr:`driver_begin`) right before that statement in
+    #: the same hop. Never for a write that reads first: its reads would run outside.
     first_write: dict[str, Any] = field(default_factory=dict)
     #: Whether a pooled DBAPI connection (SQLAlchemy's adapted one) has a transaction
-    #: open, read from the driver's state without a round trip. The pool's reset on
-    #: return of chatledger's own engines rolls back only then
-    #: (:func:`chatledger.dialects.configure_engine`): a connection whose transaction
-    #: committed costs no ``ROLLBACK``, and none is pooled mid-transaction.
+    #: open, read from the driver's state without a round trip: the pool's reset on
+    #: return rolls back only then (:func:`chatledger.dialects.configure_engine`).
     transaction_open: Callable[[Any], bool] = field(default=_lacking("transaction_open"), metadata=_REQUIRED)
     #: Whether :attr:`transaction_open` reads the driver's state exactly (``False``: it
-    #: answers always, for a driver whose state misses a read's transaction). Exact,
-    #: a connection still in a transaction after the reset's rollback (one the driver's
-    #: adapter did not begin, which its rollback leaves open) is discarded, not pooled.
+    #: says yes always, for a driver whose state misses a read's transaction). Exact, a
+    #: connection still in a transaction after the reset's rollback is discarded.
     transaction_open_exact: bool = True
     #: Reads the isolation level a write transaction runs at (once per ledger, at its
     #: schema check); ``None``: the backend states it in :attr:`write` or has one level.
@@ -597,11 +585,9 @@ class Backend:
     foreign_begin: ForeignBegin = _refuse_autocommit
     #: The collation under which ``<`` and ``>=`` order ids by their bytes (UTF-8: by
     #: code point), named on an id prefix's range (:func:`chatledger.selection.id_prefix`):
-    #: PostgreSQL's ``C`` (a database's default may be a language's, under which
-    #: ``TMP-keep`` sorts between ``tmp-`` and ``tmp.``; the primary key serves the
-    #: range only if its collation is ``C`` too), SQLite's ``BINARY`` (its default,
-    #: which the primary key uses); ``None`` where the id type orders by bytes itself
-    #: (MySQL's ``VARBINARY``).
+    #: PostgreSQL's ``C`` (a language's collation sorts ``TMP-keep`` between ``tmp-``
+    #: and ``tmp.``; the primary key serves the range only under ``C`` too), SQLite's
+    #: ``BINARY``; ``None`` where the id type orders by bytes (MySQL's ``VARBINARY``).
     byte_order_collation: str | None = None
     #: Whether ``LIKE`` compares case and every character as it is (PostgreSQL under its
     #: deterministic collations; MySQL/MariaDB on binary ids, where it also never pads
