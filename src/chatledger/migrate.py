@@ -270,12 +270,10 @@ def _lock_message(url: URL, lock_timeout: float, lock: str) -> str:
 @contextmanager
 def _alembic_proxies_kept() -> Iterator[None]:
     """Keep an application's running Alembic working across a chatledger run inside it
-    (its ``env.py`` calling :func:`upgrade`). ``alembic.context`` and ``alembic.op`` are
-    process-wide module proxies that every Alembic run installs on entry and removes on
-    exit (``alembic.util.langhelpers.ModuleClsProxy._install_proxy``/``_remove_proxy``,
-    from ``EnvironmentContext.__enter__/__exit__`` and ``Operations.context``): the
-    ones active before chatledger's run are installed again after it, and any it left
-    behind removed."""
+    (its ``env.py`` calling :func:`upgrade`): ``alembic.context`` and ``alembic.op`` are
+    process-wide proxies every Alembic run installs on entry and removes on exit
+    (``ModuleClsProxy._install_proxy``/``_remove_proxy``), so the ones active before
+    chatledger's run are installed again after it, and any it left behind removed."""
     modules = (alembic_context, alembic_op)
     before = [getattr(module, "_proxy", None) for module in modules]
     try:
@@ -468,11 +466,10 @@ async def downgrade_database(
     revision it is at afterwards.
 
     No table holding rows is dropped unless ``drop_rows``: their rows are counted first
-    (a refusal then changes nothing), and once more under a lock that keeps every writer
-    out of them until they are dropped (:attr:`chatledger.dialects.Backend.drop_guard`), taken
-    for each step that drops tables, around that step alone: an append open meanwhile
-    commits before the count and is counted, a later one fails once the table is gone.
-    It was never acknowledged.
+    (a refusal then changes nothing), and again under a lock that keeps every writer out
+    until they are dropped (:attr:`chatledger.dialects.Backend.drop_guard`), around each
+    step that drops tables: an append open meanwhile commits before the count and is
+    counted, a later one fails, unacknowledged, once the table is gone.
 
     Raises:
         DowngradeRefused: the downgrade would drop tables that hold rows and
