@@ -362,7 +362,8 @@ FRAMEWORK_COLUMNS = ("measure", "chatledger", "own", "store", "cl/own")
 
 def framework_rows(frameworks: Frameworks) -> list[tuple[str, ...]]:
     """Per framework and operation, calls per second of chatledger's adapter and of each
-    of the framework's own stores, and their ratio; then the concurrency round of each:
+    of the framework's own stores, and their ratio (chatledger's alone where no own
+    store was measured); then the concurrency round of each:
     acknowledged / refused / errors / lost / duplicated writes."""
     rows: list[tuple[str, ...]] = []
     for framework in dict.fromkeys(store.framework for store in frameworks.stores):
@@ -370,11 +371,14 @@ def framework_rows(frameworks: Frameworks) -> list[tuple[str, ...]]:
         ours = next(store for store in stores if store.ours)
         for label, stats in ours.timings.items():
             rate = 1000 / stats.median_ms
-            for own in (store for store in stores if not store.ours and label in store.timings):
+            owns = [store for store in stores if not store.ours and label in store.timings]
+            for own in owns:
                 theirs = 1000 / own.timings[label].median_ms
                 rows.append(
                     (f"{framework} {label}, /s", _num(rate), _num(theirs), own.name, f"{rate / theirs:.2f}")
                 )
+            if not owns:  # no own store measured (its note says why): chatledger's rate alone
+                rows.append((f"{framework} {label}, /s", _num(rate), "", "not measured", ""))
         for store in stores:
             run = store.concurrency
             if run is None:
