@@ -40,9 +40,7 @@ portal), kept for the test; each example's stores are closed in ``teardown``.
 Examples are derandomized (the same histories every run, so CI is reproducible;
 timing of faults and concurrency still varies). ``CHATLEDGER_HISTORY_EXAMPLES``
 (default 10) and ``CHATLEDGER_HISTORY_STEPS`` (default 20) set the budget per target;
-a variant target (another driver or server version than its dialect's home target)
-runs a third of the examples. ``CHATLEDGER_HISTORY_RANDOM=1`` draws new histories each
-run: ``make soak``.
+``CHATLEDGER_HISTORY_RANDOM=1`` draws new histories each run: ``make soak``.
 """
 
 from __future__ import annotations
@@ -100,7 +98,6 @@ from chatledger.tools.transfer import ImportReport, copy, export, import_file
 from chatledger.zett import LedgerSessionStorage
 
 from .conftest import Database
-from .support.backends import TARGETS, Target
 from .support.facts import facts_of
 from .support.fresh import fresh_database
 from .support.history_model import Checkpoint, LogModel, Message, ReinModel, ZettModel
@@ -1347,14 +1344,6 @@ HISTORY_SETTINGS = settings(
 )
 
 
-def budget_of(target: Target) -> settings:
-    """The history settings of ``target``: its dialect's home target runs every example,
-    a variant (another driver or server version) a third of them."""
-    if not target.varies:
-        return HISTORY_SETTINGS
-    return settings(HISTORY_SETTINGS, max_examples=max(1, EXAMPLES // 3))
-
-
 def test_history(database: Database, tmp_path: Path) -> None:
     with start_blocking_portal() as portal:
         world = portal.call(open_world, database, tmp_path)
@@ -1364,7 +1353,7 @@ def test_history(database: Database, tmp_path: Path) -> None:
                 (HistoryMachine,),
                 {"world": world, "portal": portal},
             )
-            run_state_machine_as_test(machine, settings=budget_of(TARGETS[database.target]))
+            run_state_machine_as_test(machine, settings=HISTORY_SETTINGS)
         finally:
             portal.call(close_world, world)
             print(f"\nhistories on {database.target} met:", dict(sorted(world.tally.items())))
