@@ -42,7 +42,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import MetaData, event
@@ -52,6 +51,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from ... import dialects
 from ...schema import raw_messages_table
 from ..harness import Store, open_store
+from .floor_rows import floor_row
 
 #: Fixed sizes of the message text, bytes; and the label of the mix.
 SIZES = ("20", "400", "4000", "40000")
@@ -198,25 +198,17 @@ class NaiveFloor:
 
     async def append(self, session_id: str, request_id: str, message: Any) -> int:
         sequence = next(self._sequence)
-        now = datetime.now(UTC)
         text = message.text if isinstance(message, self._user | self._tool) else message.content
-        row = {
-            "id": self._new_id(),
-            "session_id": session_id,
-            "request_id": request_id,
-            "sequence": sequence,
-            "role": self._kinds[type(message)],
-            "content": text if isinstance(text, str) else "",
-            "tool_name": message.name if isinstance(message, self._tool) else None,
-            "message_json": self._encode([message]),
-            "metadata_json": "{}",
-            "tags_json": "{}",
-            "started_at": now,
-            "completed_at": now,
-            "duration_ns": 0,
-            "created_at": now,
-            "updated_at": now,
-        }
+        row = floor_row(
+            self._new_id(),
+            session_id,
+            request_id,
+            sequence,
+            self._kinds[type(message)],
+            text if isinstance(text, str) else "",
+            message.name if isinstance(message, self._tool) else None,
+            self._encode([message]),
+        )
         async with self.engine.begin() as conn:
             await conn.execute(self._table.insert(), row)
         return sequence

@@ -9,7 +9,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +22,7 @@ from ... import dialects
 from ...engine import Ledger
 from ...schema import raw_messages_table, sessions_table, snapshots_table
 from ..harness import Store, user_message
+from .floor_rows import floor_row
 from .results import MARK, SEED_CHUNK
 
 #: The contenders of the append measurement, in table order.
@@ -138,23 +139,10 @@ class Floor:
 
     async def append(self, session_id: str, request_id: str, message: Any) -> int:
         self._sequence += 1
-        now = datetime.now(UTC)
-        row = {
-            "id": self._new_id(),
-            "session_id": session_id,
-            "request_id": request_id,
-            "sequence": self._sequence,
-            "role": self._role,
-            "content": message.content,
-            "message_json": self._encode([message]),
-            "metadata_json": "{}",
-            "tags_json": "{}",
-            "started_at": now,
-            "completed_at": now,
-            "duration_ns": 0,
-            "created_at": now,
-            "updated_at": now,
-        }
+        row = floor_row(
+            self._new_id(), session_id, request_id, self._sequence, self._role, message.content,
+            None, self._encode([message]),
+        )  # fmt: skip
         async with self._ledger.engine.begin() as conn:
             await conn.execute(self._table.insert(), row)
         return self._sequence
