@@ -489,14 +489,7 @@ async def put_writes(
         stored = {
             (found.task_id, int(found.idx)): _write(found)
             for found in await conn.execute(
-                select(
-                    _writes.c.task_id,
-                    _writes.c.idx,
-                    _writes.c.task_path,
-                    _writes.c.channel,
-                    _writes.c.value_type,
-                    _writes.c.value_blob,
-                ).where(of_checkpoint, _writes.c.task_id.in_(task_ids))
+                select(*_WRITE_COLUMNS).where(of_checkpoint, _writes.c.task_id.in_(task_ids))
             )
         }
         if (first.task_id, first.idx) not in stored:
