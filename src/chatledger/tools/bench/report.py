@@ -462,7 +462,7 @@ def render_replica_loads(loads: ReplicaLoads) -> list[str]:
 
 # -- appends as users see them (:mod:`.seen`) -------------------------------------------
 
-#: Issue 41's targets of the appends as users see them: chatledger / the naive floor's
+#: The targets of the appends as users see them: chatledger / the naive floor's
 #: throughput at every size, and at 8 to 64 tasks; a hot session's throughput at
 #: :data:`SEEN_HOT_TASKS` tasks / as many sessions'; p99 latency / the floor's there.
 SEEN_SIZE_BOUND, SEEN_TASKS_BOUND, SEEN_HOT_BOUND, SEEN_P99_BOUND = 1.0, 0.9, 0.8, 1.5
@@ -478,7 +478,7 @@ def _size_label(run: SeenRun) -> str:
 
 
 def seen_targets(seen: Seen) -> list[Verdict]:
-    """Issue 41's targets, judged on the runs measured (a task count not run, none)."""
+    """The appends' targets, judged on the runs measured (a task count not run, none)."""
     verdicts = [
         Verdict(
             f"seen_size_{run.label}",
